@@ -1,0 +1,44 @@
+# Targets the README names. Every target works on a fresh clone: it sets up what it needs.
+SHELL := /bin/bash
+UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+ARGS ?=
+
+.PHONY: setup demo test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
+
+setup:
+	@command -v python3 >/dev/null || { echo "python3 not found: install Python >= 3.11"; exit 1; }
+	@command -v uv >/dev/null || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	$(UV) sync --frozen
+
+demo: setup
+	$(UV) run --frozen governor walkthrough $(ARGS)
+
+test: setup
+	$(UV) run --frozen pytest $(ARGS)
+
+lint: setup
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+	$(UV) run --frozen mypy
+
+fmt: setup
+	$(UV) run --frozen ruff check --fix .
+	$(UV) run --frozen ruff format .
+
+typecheck: setup
+	$(UV) run --frozen mypy
+
+kafka-up:
+	bash deploy/kafka/kafka.sh up
+
+kafka-down:
+	bash deploy/kafka/kafka.sh down
+
+devcluster-up:
+	bash deploy/devcluster/devcluster.sh up
+
+devcluster-down:
+	bash deploy/devcluster/devcluster.sh down
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache out

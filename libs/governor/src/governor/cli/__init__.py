@@ -1,0 +1,17 @@
+"""The `governor` command line. Each area lives in its own module and registers its commands."""
+
+from __future__ import annotations
+
+import typer
+
+from governor.cli import dev, schema
+
+app = typer.Typer(
+    name="governor",
+    help="governor: an event-driven autoscaler for Kubernetes over Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+for module in (dev, schema):
+    module.register(app)

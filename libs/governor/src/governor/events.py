@@ -1,0 +1,344 @@
+"""The contract: every Kafka topic, its msgspec type and its key.
+
+Others subscribe to these topics, so this module is a public API. The evolution rule:
+
+* a new field is always optional, with a default, and is appended after the existing ones;
+* a field is never renamed, retyped or removed within a schema version;
+* readers ignore fields they do not know (msgspec's default), so an old reader reads a newer
+  message, and a newer reader fills defaults when reading an older one;
+* a breaking change bumps SCHEMA_VERSION (carried in every message's headers) and gets new topics.
+
+Timestamps are epoch seconds (float, UTC). Workload ids are `namespace/kind/name`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from governor.spec import ScalingPolicy, TargetRef
+
+SCHEMA_VERSION = 1
+
+
+class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Base of every wire type."""
+
+
+def workload_id(namespace: str, kind: str, name: str) -> str:
+    return f"{namespace}/{kind}/{name}"
+
+
+# --- samples and windows ----------------------------------------------------------------------
+
+
+class MetricSample(Event):
+    """One observation of one metric of one workload (topic governor.metrics, key: workload)."""
+
+    workload: str
+    metric: str
+    value: float
+    timestamp: float
+    unit: str = ""
+    source: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+WindowKind = Literal["stable", "panic"]
+
+
+class LoadWindow(Event):
+    """Aggregate of a workload metric's samples over [start, end) in event time.
+
+    `closed` is false for the running estimate of the open window (published at most every N ms),
+    true once the window is final.
+    """
+
+    workload: str
+    metric: str
+    window: WindowKind
+    start: float
+    end: float
+    count: int
+    mean: float
+    max: float
+    p95: float
+    newest_sample: float
+    closed: bool = True
+
+
+# --- cluster side -----------------------------------------------------------------------------
+
+
+class WorkloadState(Event):
+    """Observed state of a scaling target (topic governor.workloads, compacted, key: workload)."""
+
+    workload: str
+    spec_replicas: int
+    ready_replicas: int
+    observed_at: float
+    # Per-replica requests from the pod template: cpu (cores), memory (bytes), nvidia.com/gpu, ...
+    requests: dict[str, float] = msgspec.field(default_factory=dict)
+    selector: str = ""
+    pool: str = ""
+    # scheduling.koordinator.sh/device-joint-allocate, e.g. {"deviceTypes":["gpu","rdma"],...}
+    joint_allocate: dict[str, Any] | None = None
+    # Training jobs: how many times the job restarted (membership changes) and when it started.
+    restarts: int = 0
+    started_at: float | None = None
+
+
+DeviceType = Literal["gpu", "rdma", "fpga"]
+
+
+class Device(Event):
+    """One device on a node, with Koordinator's topology and what is still free of it."""
+
+    type: DeviceType
+    minor: int
+    healthy: bool = True
+    socket: int = 0
+    numa: int = 0
+    pcie: str = "0"
+    # Free share of the device: gpu-core 0..100, rdma 0..1 (VF count or 1), after pods' allocations.
+    free: float = 1.0
+    total: float = 1.0
+
+
+class NodeState(Event):
+    """One node's capacity (topic governor.cluster, compacted, key: node name)."""
+
+    node: str
+    pool: str
+    allocatable: dict[str, float]
+    requested_unmanaged: dict[str, float] = msgspec.field(default_factory=dict)
+    requested_managed: dict[str, float] = msgspec.field(default_factory=dict)
+    devices: list[Device] = msgspec.field(default_factory=list)
+    ready: bool = True
+    schedulable: bool = True
+    observed_at: float = 0.0
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+Rule = Literal[
+    "metric",  # the raw desired count from a metric (the max over metrics wins)
+    "tolerance",  # the ratio was within the tolerance band: no change
+    "stabilization",  # held by the stabilization window
+    "rate_limit",  # held by a scaleUp/scaleDown policy
+    "disabled",  # selectPolicy Disabled
+    "min",  # clamped up to minReplicas
+    "max",  # clamped down to maxReplicas
+    "cap",  # clamped by replicaCap (e.g. partitions)
+    "panic",  # panic mode: scale on the short window, no scale-down
+    "scale_to_zero",  # went to / stayed at zero after the cooldown
+    "activation",  # at zero, below the activation threshold
+    "stale_hold",  # data missing or stale: no scale-down
+    "fallback",  # failure threshold reached: fallback replicas
+    "no_workload_state",  # nothing known of the target yet: no action
+    "readiness",  # unready pods counted per HPA's readiness rules
+    "capacity",  # the pool could not give more
+    "priority",  # taken by or kept for a higher tier
+    "fair_share",  # weighted DRF inside a tier
+    "floor",  # the elastic / gang / min floor
+    "device_fit",  # no node can place another replica's devices
+    "restart_damping",  # an elastic job resize was not worth its restart
+    "hysteresis",  # the previous allocation was kept (demand moved less than the margin)
+    "unchanged",  # nothing asked for a change
+]
+
+
+class Reason(Event):
+    rule: Rule
+    detail: str = ""
+    metric: str | None = None
+    value: float | None = None
+
+
+class MetricInput(Event):
+    """What a decision saw of one metric."""
+
+    metric: str
+    value: float | None
+    target: float
+    target_type: str
+    newest_sample: float | None = None
+    desired: int | None = None
+    stale: bool = False
+
+
+class Recommendation(Event):
+    """Stage 1 output: one workload's damped desire (topic governor.recommendations, key: pool)."""
+
+    workload: str
+    pool: str
+    desired: int
+    current: int
+    ready: int
+    min_replicas: int
+    max_replicas: int
+    floor: int
+    priority: int
+    weight: float
+    requests: dict[str, float]
+    elastic: bool
+    reasons: list[Reason]
+    inputs: list[MetricInput]
+    newest_input: float
+    policy_generation: int
+    computed_at: float
+    joint_allocate: dict[str, Any] | None = None
+
+
+class ScaleDecision(Event):
+    """Stage 2 output: what the actuator should do (topic governor.decisions, key: workload)."""
+
+    decision_id: str
+    workload: str
+    seq: int
+    from_replicas: int
+    to_replicas: int
+    reasons: list[Reason]
+    inputs: list[MetricInput]
+    policy_generation: int
+    newest_input: float
+    decided_at: float
+    pool: str = "default"
+    target: TargetRef | None = None
+    policy: str = ""  # namespace/name of the ScalingPolicy
+    min_available: int | None = None  # Volcano: the floor, when the policy moves minAvailable
+
+
+ActuationOutcome = Literal["applied", "refused", "failed", "dry_run", "noop"]
+
+
+class Actuation(Event):
+    """The actuator's audit record (topic governor.actuations, key: workload)."""
+
+    decision_id: str
+    workload: str
+    seq: int
+    outcome: ActuationOutcome
+    reason: str
+    from_replicas: int | None = None
+    to_replicas: int | None = None
+    at: float = 0.0
+    resource_version: str | None = None
+
+
+class Shortfall(Event):
+    """Capacity a pool could not give (topic governor.shortfalls, key: pool)."""
+
+    workload: str
+    pool: str
+    wanted: int
+    granted: int
+    resources: dict[str, float]
+    reason: str
+    at: float
+
+
+class PolicyRecord(Event):
+    """A ScalingPolicy on the policies topic (compacted, key: namespace/name; tombstone deletes)."""
+
+    policy: ScalingPolicy
+    published_at: float = 0.0
+
+
+# --- the table --------------------------------------------------------------------------------
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+@dataclass(frozen=True)
+class Topic(Generic[T]):
+    name: str
+    type: type[T]
+    key: Callable[[T], str]
+    key_doc: str
+    compacted: bool = False
+    partitions: int = 6
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.name}.dlq"
+
+
+METRICS: Topic[MetricSample] = Topic(
+    "governor.metrics", MetricSample, lambda m: m.workload, "workload"
+)
+LOAD: Topic[LoadWindow] = Topic("governor.load", LoadWindow, lambda w: w.workload, "workload")
+POLICIES: Topic[PolicyRecord] = Topic(
+    "governor.policies",
+    PolicyRecord,
+    lambda p: p.policy.key,
+    "namespace/name of the policy",
+    compacted=True,
+    partitions=1,
+    retention_ms=None,
+)
+WORKLOADS: Topic[WorkloadState] = Topic(
+    "governor.workloads",
+    WorkloadState,
+    lambda w: w.workload,
+    "workload",
+    compacted=True,
+    retention_ms=None,
+)
+CLUSTER: Topic[NodeState] = Topic(
+    "governor.cluster",
+    NodeState,
+    lambda n: n.node,
+    "node name",
+    compacted=True,
+    partitions=1,
+    retention_ms=None,
+)
+RECOMMENDATIONS: Topic[Recommendation] = Topic(
+    "governor.recommendations", Recommendation, lambda r: r.pool, "pool"
+)
+DECISIONS: Topic[ScaleDecision] = Topic(
+    "governor.decisions", ScaleDecision, lambda d: d.workload, "workload"
+)
+ACTUATIONS: Topic[Actuation] = Topic(
+    "governor.actuations", Actuation, lambda a: a.workload, "workload"
+)
+SHORTFALLS: Topic[Shortfall] = Topic("governor.shortfalls", Shortfall, lambda s: s.pool, "pool")
+
+TOPICS: tuple[Topic[Any], ...] = (
+    METRICS,
+    LOAD,
+    POLICIES,
+    WORKLOADS,
+    CLUSTER,
+    RECOMMENDATIONS,
+    DECISIONS,
+    ACTUATIONS,
+    SHORTFALLS,
+)
+
+
+def topic_by_name(name: str) -> Topic[Any]:
+    for t in TOPICS:
+        if t.name == name:
+            return t
+    raise KeyError(f"unknown topic {name!r}; known: {', '.join(t.name for t in TOPICS)}")
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """Each topic's JSON Schema, for subscribers (`governor schema export`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in TOPICS:
+        schema = msgspec.json.schema(t.type)
+        schema["x-governor-topic"] = {
+            "name": t.name,
+            "key": t.key_doc,
+            "compacted": t.compacted,
+            "schemaVersion": SCHEMA_VERSION,
+        }
+        out[t.name] = schema
+    return out

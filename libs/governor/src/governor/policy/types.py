@@ -1,0 +1,54 @@
+"""Values the scale policy takes and returns. Pure data: services persist ScaleState as it is."""
+
+from __future__ import annotations
+
+import msgspec
+from governor.events import MetricInput, Reason, Rule, WorkloadState
+
+
+class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the windows say of one metric at `now`.
+
+    `stable` is the stable window's statistic (the policy's `aggregation`: mean, max or p95) and
+    `panic` the short window's; None when the window has no samples. `newest_sample` is the event
+    time of the newest sample behind them — the policy judges staleness by it.
+    """
+
+    metric: str
+    stable: float | None
+    panic: float | None = None
+    newest_sample: float | None = None
+
+
+class ScaleInputs(msgspec.Struct, frozen=True):
+    workload: WorkloadState | None
+    observations: dict[str, MetricObservation]
+
+
+class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
+    """Everything the policy remembers between evaluations (array_like keeps it small on the wire).
+
+    recommendations: (step-bucket time, replicas) pairs within the longest stabilization window;
+    scale_events: (time, +added/-removed) within the longest rate-limit period;
+    panic_since: when panic mode was entered (None when not panicking); panic_max: the highest
+    desired count seen while panicking; failures: consecutive evaluations without fresh data;
+    last_active: the last time load was above the activation threshold (scale to zero).
+    """
+
+    recommendations: list[tuple[float, int]] = msgspec.field(default_factory=list)
+    scale_events: list[tuple[float, int]] = msgspec.field(default_factory=list)
+    panic_since: float | None = None
+    panic_max: int = 0
+    failures: int = 0
+    last_active: float | None = None
+
+
+class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    desired: int
+    current: int
+    bound_by: Rule
+    reasons: list[Reason]
+    inputs: list[MetricInput]
+    newest_input: float
+    # False when the policy must not act at all (e.g. nothing known of the target yet).
+    actionable: bool = True

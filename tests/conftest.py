@@ -1,0 +1,3 @@
+"""Fixtures for real components live in tests/fixtures/, one module per component."""
+
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kube"]
