@@ -1,0 +1,1 @@
+"""governor-actuator: the only writer to Kubernetes: one fenced JSON patch per decision"""

@@ -1,0 +1,1 @@
+"""governor-aggregator: faust-streaming windowed aggregation of samples into load windows"""

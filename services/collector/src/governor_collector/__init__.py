@@ -1,0 +1,1 @@
+"""governor-collector: metric sources publishing samples to Kafka."""

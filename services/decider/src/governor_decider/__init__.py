@@ -1,0 +1,1 @@
+"""governor-decider: per-workload damped policy and per-pool allocation."""
