@@ -1,0 +1,247 @@
+"""Windowed aggregation of one metric series over event time: pure functions and table values.
+
+The aggregator service (faust) and the simulator run this same code, so a replayed trace sees the
+windows production would see.
+
+Windows
+    A series has one `WindowSpec`: windows of `size` seconds starting at every multiple of `hop`
+    (epoch-aligned, so every partition owner and the simulator agree on the boundaries).
+    `hop == size` is a tumbling window; `hop < size` a hopping one, where each sample belongs to
+    ceil(size/hop) windows. A window covers [start, end): a sample at exactly `end` belongs to the
+    next one.
+
+Lateness (the rule)
+    The watermark of a series is `newest event time seen - allowed_lateness`, raised further by
+    `advance` when the caller knows time has moved on without samples (processing-time ticks for an
+    idle source). A window is closed, final and emitted once `end <= watermark`. A sample is added
+    to every window containing it that is not closed; a window that is already closed never changes,
+    so the sample is dropped from it and counted in `SeriesWindows.late` (once per sample, however
+    many of its windows refused it). Nothing is re-opened: downstream consumers may rely on a closed
+    `LoadWindow` being final.
+
+Statistics
+    count, mean (sum/count), max, p95 and the newest sample's event time. p95 is the nearest-rank
+    95th percentile, sorted[ceil(0.95 n) - 1], computed exactly from the window's sorted values
+    while a window holds at most `max_samples` samples (default 3600: an hour at 1 sample/s).
+    Past that, the retained list is thinned deterministically (every other sorted value is
+    dropped and only every `stride`-th later sample kept), so memory stays bounded and p95
+    becomes an approximation; count, mean, max and newest stay exact.
+
+Everything here is a value: functions return new `WindowAcc`/`SeriesWindows` and never mutate their
+arguments, so a faust table can store them as they are (msgspec-encodable, array_like).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import msgspec
+
+from governor.events import LoadWindow, WindowKind
+
+Aggregation = Literal["mean", "max", "p95"]
+
+DEFAULT_MAX_SAMPLES = 3600
+
+
+class WindowSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    size: float
+    hop: float
+    allowed_lateness: float = 0.0
+    max_samples: int = DEFAULT_MAX_SAMPLES
+
+    def __post_init__(self) -> None:
+        if not (self.size > 0 and 0 < self.hop <= self.size):
+            raise ValueError(f"need 0 < hop <= size, got size={self.size} hop={self.hop}")
+        if self.allowed_lateness < 0:
+            raise ValueError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        if self.max_samples < 2:
+            raise ValueError(f"max_samples must be >= 2, got {self.max_samples}")
+
+
+def tumbling(size: float, allowed_lateness: float = 0.0) -> WindowSpec:
+    return WindowSpec(size=size, hop=size, allowed_lateness=allowed_lateness)
+
+
+def hopping(size: float, hop: float, allowed_lateness: float = 0.0) -> WindowSpec:
+    return WindowSpec(size=size, hop=hop, allowed_lateness=allowed_lateness)
+
+
+class WindowAcc(msgspec.Struct, array_like=True, omit_defaults=True):
+    """The running aggregate of one window. `values` is sorted (for p95)."""
+
+    start: float
+    end: float
+    count: int = 0
+    sum: float = 0.0
+    max: float = 0.0  # meaningful only when count > 0
+    newest: float = 0.0  # event time of the newest sample; meaningful only when count > 0
+    values: list[float] = msgspec.field(default_factory=list)
+    stride: int = 1  # keep every stride-th sample in `values` (1 until max_samples is exceeded)
+
+    @property
+    def mean(self) -> float:
+        return self.sum / self.count if self.count else 0.0
+
+    @property
+    def p95(self) -> float:
+        return nearest_rank(self.values, 0.95)
+
+
+class SeriesWindows(msgspec.Struct, array_like=True, omit_defaults=True):
+    """The open windows of one (workload, metric, window kind), oldest first, and its watermark."""
+
+    spec: WindowSpec
+    open: list[WindowAcc] = msgspec.field(default_factory=list)
+    watermark: float | None = None
+    newest: float | None = None
+    late: int = 0  # samples refused by at least one closed window, since the series began
+
+
+def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-quantile of already sorted values (0.0 for none)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def window_starts(ts: float, spec: WindowSpec) -> list[float]:
+    """Starts of every window containing `ts`, oldest first."""
+    last = math.floor(ts / spec.hop)
+    out: list[float] = []
+    k = last
+    while k * spec.hop + spec.size > ts:
+        out.append(k * spec.hop)
+        k -= 1
+    out.reverse()
+    return out
+
+
+def add_sample(acc: WindowAcc, value: float, ts: float, max_samples: int) -> WindowAcc:
+    """A new accumulator with the sample added."""
+    new = msgspec.structs.replace(acc, values=list(acc.values))
+    _add_in_place(new, value, ts, max_samples)
+    return new
+
+
+def _add_in_place(acc: WindowAcc, value: float, ts: float, max_samples: int) -> None:
+    first = acc.count == 0
+    acc.count += 1
+    acc.sum += value
+    acc.max = value if first else max(acc.max, value)
+    acc.newest = ts if first else max(acc.newest, ts)
+    if (acc.count - 1) % acc.stride:
+        return
+    bisect.insort(acc.values, value)
+    if len(acc.values) > max_samples:
+        # Halve the retained values and the rate at which new ones are retained: each retained
+        # value then stands for `stride` samples, which keeps quantiles roughly where they were.
+        acc.values = acc.values[1::2]
+        acc.stride *= 2
+
+
+def ingest(
+    series: SeriesWindows, value: float, ts: float
+) -> tuple[SeriesWindows, list[WindowAcc], int]:
+    """Add one sample: (the new series, windows this closed, 1 if the sample was late else 0)."""
+    return ingest_many(series, ((ts, value),))
+
+
+def ingest_many(
+    series: SeriesWindows, samples: Iterable[tuple[float, float]]
+) -> tuple[SeriesWindows, list[WindowAcc], int]:
+    """Add (timestamp, value) samples in the given order; same result as ingesting one by one.
+
+    Returns the new series, the windows that closed (oldest first) and how many samples were late.
+    """
+    spec = series.spec
+    by_start = {acc.start: acc for acc in series.open}
+    copied: set[float] = set()
+    watermark, newest, late = series.watermark, series.newest, 0
+    for ts, value in samples:
+        was_late = False
+        for start in window_starts(ts, spec):
+            if watermark is not None and start + spec.size <= watermark:
+                was_late = True
+                continue
+            acc = by_start.get(start)
+            if acc is None:
+                acc = WindowAcc(start=start, end=start + spec.size)
+                by_start[start] = acc
+                copied.add(start)
+            elif start not in copied:
+                acc = msgspec.structs.replace(acc, values=list(acc.values))
+                by_start[start] = acc
+                copied.add(start)
+            _add_in_place(acc, value, ts, spec.max_samples)
+        late += was_late
+        newest = ts if newest is None else max(newest, ts)
+        candidate = newest - spec.allowed_lateness
+        watermark = candidate if watermark is None else max(watermark, candidate)
+    merged = msgspec.structs.replace(
+        series,
+        open=sorted(by_start.values(), key=lambda a: a.start),
+        newest=newest,
+        late=series.late + late,
+    )
+    advanced, closed, _ = advance(merged, watermark)
+    return advanced, closed, late
+
+
+def advance(
+    series: SeriesWindows, watermark: float | None
+) -> tuple[SeriesWindows, list[WindowAcc], int]:
+    """Raise the watermark (never lowers it) and close every window with end <= watermark.
+
+    Returns the new series, the closed windows (oldest first) and 0 (no sample was late), so it
+    has the same shape as `ingest`.
+    """
+    if watermark is None or (series.watermark is not None and watermark < series.watermark):
+        watermark = series.watermark
+    if watermark is None:
+        return series, [], 0
+    closed = [a for a in series.open if a.end <= watermark]
+    if not closed and watermark == series.watermark:
+        return series, [], 0
+    still_open = [a for a in series.open if a.end > watermark]
+    return msgspec.structs.replace(series, open=still_open, watermark=watermark), closed, 0
+
+
+def estimate(series: SeriesWindows, now: float) -> WindowAcc | None:
+    """The open window's running value at `now`: of the windows containing `now`, the one that has
+    been open longest (it covers the most of the recent past). None if it has no samples yet."""
+    candidates = [a for a in series.open if a.start <= now < a.end and a.count > 0]
+    return candidates[0] if candidates else None
+
+
+def to_load_window(
+    acc: WindowAcc, workload: str, metric: str, window: WindowKind, *, closed: bool
+) -> LoadWindow:
+    return LoadWindow(
+        workload=workload,
+        metric=metric,
+        window=window,
+        start=acc.start,
+        end=acc.end,
+        count=acc.count,
+        mean=acc.mean,
+        max=acc.max if acc.count else 0.0,
+        p95=acc.p95,
+        newest_sample=acc.newest if acc.count else acc.start,
+        closed=closed,
+    )
+
+
+def statistic(window: LoadWindow, aggregation: Aggregation) -> float | None:
+    """The number a policy scales on: the window's mean, max or p95 (None for an empty window)."""
+    if window.count == 0:
+        return None
+    if aggregation == "mean":
+        return window.mean
+    if aggregation == "max":
+        return window.max
+    return window.p95
