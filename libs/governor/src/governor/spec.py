@@ -362,7 +362,38 @@ def _explain(err: msgspec.ValidationError) -> PolicyError:
     inner = re.match(r"^([A-Za-z][\w.\[\]]*): (.*)$", problem)
     if inner:
         path, problem = f"{path}.{inner.group(1)}", inner.group(2)
+    if problem.startswith("Invalid enum value"):
+        field = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
+        allowed = _literal_choices().get(field)
+        if allowed:
+            problem += f"; allowed: {', '.join(map(str, allowed))}"
     return PolicyError(path.removeprefix("$."), problem)
+
+
+_CHOICES: dict[str, tuple[object, ...]] = {}
+
+
+def _literal_choices() -> dict[str, tuple[object, ...]]:
+    """Field name -> allowed literal values, collected once from the ScalingPolicy types."""
+    if _CHOICES:
+        return _CHOICES
+    seen: set[type] = set()
+
+    def walk(t: msgspec.inspect.Type, field: str | None) -> None:
+        if isinstance(t, msgspec.inspect.LiteralType) and field:
+            _CHOICES[field] = tuple(t.values)
+        elif isinstance(t, msgspec.inspect.UnionType):
+            for member in t.types:
+                walk(member, field)
+        elif isinstance(t, msgspec.inspect.ListType):
+            walk(t.item_type, field)
+        elif isinstance(t, msgspec.inspect.StructType) and t.cls not in seen:
+            seen.add(t.cls)
+            for f in t.fields:
+                walk(f.type, f.encode_name)
+
+    walk(msgspec.inspect.type_info(ScalingPolicy), None)
+    return _CHOICES
 
 
 def policy_from_obj(obj: Mapping[str, Any]) -> ScalingPolicy:

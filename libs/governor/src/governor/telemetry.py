@@ -1,0 +1,105 @@
+"""What every service exposes: JSON logs, and an HTTP server with /metrics, /healthz, /readyz."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+# Attributes every LogRecord has; anything else passed via `extra=` becomes a JSON field.
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; `extra={"workload": ..., "decision_id": ...}` adds fields."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+        self._encoder = msgspec.json.Encoder()
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                plain = isinstance(value, str | int | float | bool | None)
+                doc[key] = value if plain else str(value)
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return self._encoder.encode(doc).decode()
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiokafka logs every reconnect attempt at ERROR; our own backoff reports outages once.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+class HealthServer:
+    """`/metrics`, `/healthz` (the process runs) and `/readyz` (the `ready` callable says so)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        registry: CollectorRegistry = REGISTRY,
+        extra_routes: list[web.RouteDef] | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self._ready = ready
+        self._registry = registry
+        self._started = time.time()
+        self.app = web.Application()
+        self.app.add_routes(
+            [
+                web.get("/metrics", self._metrics),
+                web.get("/healthz", self._healthz),
+                web.get("/readyz", self._readyz),
+                *(extra_routes or []),
+            ]
+        )
+        self._runner: web.AppRunner | None = None
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "uptime_seconds": time.time() - self._started})
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ok = self._ready()
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    async def start(self) -> int:
+        """Start serving; returns the bound port (useful with port 0)."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
