@@ -1,0 +1,471 @@
+"""Capacity-aware allocation of one pool: who gets how many replicas when the nodes are full.
+
+Inventory. A node offers its allocatable minus what unmanaged pods request; not-ready and
+unschedulable nodes offer nothing. Managed workloads' running replicas are not subtracted: the
+allocation re-places every managed replica from scratch, so `requested_managed` is ignored and
+each Device's `free` must likewise be net of unmanaged pods only (the collector's contract).
+Device resources (`devices.DEVICE_RESOURCES`) are satisfied by Device objects only; every other
+requested resource must fit the node's scalar free amount. A replica lives on one node, so
+capacity is per node: every granted replica is placed on a concrete node and the answer is real.
+
+Demand. want = min(desired, max_replicas); floor = min(max(floor, min_replicas), want) — the
+floor guarantees what the workload asks for, it never inflates it (scale to zero stays zero).
+
+Order. Workloads fall into classes: tier (Recommendation.priority, higher first, as a
+PriorityClass value) and, inside a tier, services before elastic training — elastic replicas
+above the floor are the first to go when a tier shrinks (Volcano preempts above-minAvailable
+pods first, and an elastic job tolerates it by design). Then:
+
+1. floors, class by class from the top: when even the floors do not fit, the lowest class loses
+   them first (elastic before services inside a tier), and inside a class weighted DRF decides;
+2. above the floor, class by class from the top: a class only gets what the classes above it
+   left, so a higher tier never loses above-floor replicas to a lower tier's above-floor demand.
+
+Inside a class: weighted DRF by progressive filling — one replica at a time to the workload with
+the lowest weighted dominant share (dominant share = max over cpu, memory, … , GPUs and NIC VFs
+of allocated / pool capacity; divided by weight) that still wants more and whose next replica
+fits on some node; ties go to the smaller workload id. Placement is first-fit over nodes by name
+(device-less nodes first for replicas that need no devices, so they do not strand GPUs); a
+workload whose replica fits nowhere is done, since capacity only shrinks as the fill goes on.
+
+Hysteresis. With the previous allocation given, it is kept as a whole when (a) the same
+workloads are present, (b) each want is within `margin` (default 10 %) of the previous want —
+of the previous grant when only a replicas map is given —, (c) each previous grant still lies
+between the new floor and max_replicas, (d) the previous grants still fit the nodes (the previous
+placement as it was, else a first-fit-decreasing packing), and (e) no resource's pool capacity
+grew since (only known from a previous `Allocation`: new room is handed out at once).
+
+Each grant names the rule that bound it: `unchanged` (got what it wanted), `hysteresis` (the
+previous grant was kept), `device_fit` (no node can place the devices of one more replica), else
+the first that holds of `priority` (a higher class holds replicas of the phase the workload was
+stopped in), `fair_share` (its own class's peers do), `floor` (stopped above its floor while other
+workloads' floors hold room), `capacity`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from governor.events import NodeState, Recommendation, Rule, Shortfall
+from governor.policy import devices as dev
+
+DEFAULT_MARGIN = 0.10
+_TOL = 1e-9
+GPU_DIM = dev.GPU  # DRF dimension of whole GPUs (gpu-core shares count as fractions)
+RDMA_DIM = dev.RDMA  # DRF dimension of NIC VFs
+
+
+class Demand(msgspec.Struct, frozen=True, kw_only=True):
+    """One workload's ask in a pool, as allocation sees it."""
+
+    workload: str
+    want: int
+    floor: int = 0
+    tier: int = 0
+    weight: float = 1.0
+    elastic: bool = False
+    max_replicas: int | None = None
+    requests: dict[str, float] = msgspec.field(default_factory=dict)
+    joint_allocate: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, rec: Recommendation) -> Demand:
+        want = max(0, min(rec.desired, rec.max_replicas))
+        return cls(
+            workload=rec.workload,
+            want=want,
+            floor=min(max(rec.floor, rec.min_replicas, 0), want),
+            tier=rec.priority,
+            weight=rec.weight,
+            elastic=rec.elastic,
+            max_replicas=rec.max_replicas,
+            requests=rec.requests,
+            joint_allocate=rec.joint_allocate,
+        )
+
+
+class Grant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    workload: str
+    replicas: int
+    wanted: int
+    floor: int
+    rule: Rule
+    detail: str = ""
+    # What ran out when replicas < wanted: resource -> the amount the missing replicas need.
+    missing: dict[str, float] = msgspec.field(default_factory=dict)
+
+    @property
+    def short(self) -> int:
+        return self.wanted - self.replicas
+
+
+class DevicePick(msgspec.Struct, frozen=True, array_like=True):
+    """The devices one replica holds on its node."""
+
+    workload: str
+    gpus: tuple[int, ...]
+    nics: tuple[int, ...]
+
+
+class Allocation(msgspec.Struct, frozen=True, kw_only=True):
+    grants: dict[str, Grant]
+    placement: dict[str, dict[str, int]]  # node -> workload -> replicas
+    devices: dict[str, list[DevicePick]]  # node -> replicas' devices, in placement order
+    capacity: dict[str, float]  # the pool totals shares were measured against
+    kept_previous: bool = False
+
+    def replicas(self) -> dict[str, int]:
+        return {w: g.replicas for w, g in self.grants.items()}
+
+
+# --- the working state (private, mutable, discarded when the call returns) --------------------
+
+
+class _Work:
+    __slots__ = (
+        "blocked",
+        "cls",
+        "d",
+        "dreq",
+        "floor",
+        "key",
+        "n",
+        "req",
+        "size",
+        "unit",
+        "want",
+    )
+
+    def __init__(
+        self, d: Demand, req: tuple[tuple[int, float], ...], dreq: dev.DeviceRequest
+    ) -> None:
+        self.d = d
+        self.want = max(0, d.want)
+        self.floor = min(max(0, d.floor), self.want)
+        self.cls = (-d.tier, d.elastic)
+        self.req = req
+        self.dreq = dreq
+        self.key = (req, dreq)
+        self.n = 0
+        self.unit = 0.0  # weighted dominant share of one replica
+        self.size = 0.0  # dominant share of one replica (first-fit-decreasing order)
+        self.blocked = ""  # the phase it was stopped in: "floor" | "above" | ""
+
+
+class _Pool:
+    def __init__(self, nodes: Iterable[NodeState], resources: list[str]) -> None:
+        usable = sorted((n for n in nodes if n.ready and n.schedulable), key=lambda n: n.node)
+        self.names = [n.node for n in usable]
+        self.free = [
+            [
+                max(0.0, n.allocatable.get(r, 0.0) - n.requested_unmanaged.get(r, 0.0))
+                for r in resources
+            ]
+            for n in usable
+        ]
+        topo = [dev.topology(n.devices) for n in usable]
+        self.shape = [s for s, _ in topo]
+        self.layout = [lay for _, lay in topo]
+        with_devices = [i for i, s in enumerate(self.shape) if any(g[1] or g[2] for g in s)]
+        plain = [i for i in range(len(usable)) if i not in set(with_devices)]
+        self.plain_order = plain + with_devices
+        self.device_order = with_devices
+        self.placed: list[dict[str, int]] = [{} for _ in usable]
+        self.picks: list[list[DevicePick]] = [[] for _ in usable]
+        self.ptr: dict[object, int] = {}
+        cap = {r: sum(f[i] for f in self.free) for i, r in enumerate(resources)}
+        cap[GPU_DIM] = sum(f for s in self.shape for g in s for f in g[1]) / dev.WHOLE
+        cap[RDMA_DIM] = float(sum(v for s in self.shape for g in s for v in g[2]))
+        self.capacity = cap
+
+    def place_on(self, i: int, w: _Work) -> bool:
+        free = self.free[i]
+        for r, a in w.req:
+            if free[r] < a - _TOL * max(1.0, a):
+                return False
+        placed = dev.place(self.shape[i], w.dreq)
+        if placed is None:
+            return False
+        for r, a in w.req:
+            free[r] -= a
+        if not w.dreq.empty:
+            self.shape[i] = placed.shape
+            gpus, nics = dev.minors(self.layout[i], placed)
+            self.picks[i].append(DevicePick(w.d.workload, gpus, nics))
+        self.placed[i][w.d.workload] = self.placed[i].get(w.d.workload, 0) + 1
+        return True
+
+    def place(self, w: _Work) -> bool:
+        """First fit; a node that cannot take this shape now never will in this pass."""
+        order = self.plain_order if w.dreq.empty else self.device_order
+        p = self.ptr.get(w.key, 0)
+        while p < len(order):
+            if self.place_on(order[p], w):
+                self.ptr[w.key] = p
+                return True
+            p += 1
+        self.ptr[w.key] = p
+        return False
+
+
+def _fill(pool: _Pool, ws: list[_Work], target: str, phase: str) -> None:
+    """Weighted DRF progressive filling of `ws` up to each one's floor or want."""
+    goal = {id(w): (w.floor if target == "floor" else w.want) for w in ws}
+    heap = [(w.n * w.unit, w.d.workload, k) for k, w in enumerate(ws) if w.n < goal[id(w)]]
+    heapq.heapify(heap)
+    while heap:
+        _, name, k = heapq.heappop(heap)
+        w = ws[k]
+        if w.blocked:
+            continue
+        if pool.place(w):
+            w.n += 1
+            if w.n < goal[id(w)]:
+                heapq.heappush(heap, (w.n * w.unit, name, k))
+        else:
+            w.blocked = phase
+
+
+def _shares(ws: list[_Work], pool: _Pool, resources: list[str]) -> None:
+    cap = pool.capacity
+    for w in ws:
+        asks = [(resources[r], a) for r, a in w.req]
+        asks += [(GPU_DIM, w.dreq.gpu_units), (RDMA_DIM, float(w.dreq.nics))]
+        # A resource the pool lacks counts as all of it: the replica cannot be placed anyway.
+        w.size = max((a / cap[r] if cap[r] > 0 else 1.0 for r, a in asks if a > 0), default=0.0)
+        w.unit = w.size / max(w.d.weight, _TOL)
+
+
+def _prepare(
+    demands: Iterable[Demand | Recommendation], nodes: Iterable[NodeState]
+) -> tuple[list[_Work], _Pool, list[str]]:
+    ds = [d if isinstance(d, Demand) else Demand.of(d) for d in demands]
+    ds.sort(key=lambda d: d.workload)
+    resources = sorted(
+        {r for d in ds for r, a in d.requests.items() if a > 0 and r not in dev.DEVICE_RESOURCES}
+    )
+    index = {r: i for i, r in enumerate(resources)}
+    pool = _Pool(nodes, resources)
+    ws = [
+        _Work(
+            d,
+            tuple(sorted((index[r], a) for r, a in d.requests.items() if a > 0 and r in index)),
+            dev.device_request(d.requests, d.joint_allocate),
+        )
+        for d in ds
+    ]
+    _shares(ws, pool, resources)
+    return ws, pool, resources
+
+
+def allocate(
+    demands: Iterable[Demand | Recommendation],
+    nodes: Iterable[NodeState],
+    previous: Allocation | Mapping[str, int] | None = None,
+    *,
+    margin: float = DEFAULT_MARGIN,
+) -> Allocation:
+    """Replicas per workload of one pool, each with the rule that bound it (pure)."""
+    nodes = list(nodes)
+    ws, pool, resources = _prepare(demands, nodes)
+    if previous is not None:
+        kept = _keep(ws, nodes, previous, margin)
+        if kept is not None:
+            return kept
+    classes = sorted({w.cls for w in ws})
+    members = {c: [w for w in ws if w.cls == c] for c in classes}
+    for c in classes:
+        _fill(pool, members[c], "floor", "floor")
+    for c in classes:
+        _fill(pool, members[c], "want", "above")
+    grants = {w.d.workload: _grant(w, ws, pool, resources) for w in ws}
+    return _result(grants, pool, kept=False)
+
+
+def _result(grants: dict[str, Grant], pool: _Pool, *, kept: bool) -> Allocation:
+    return Allocation(
+        grants=grants,
+        placement={pool.names[i]: p for i, p in enumerate(pool.placed) if p},
+        devices={pool.names[i]: p for i, p in enumerate(pool.picks) if p},
+        capacity=dict(pool.capacity),
+        kept_previous=kept,
+    )
+
+
+def _exhausted(w: _Work, pool: _Pool, resources: list[str]) -> tuple[list[str], bool, bool]:
+    """(resources that ran out, devices fit nowhere, fragmented: each fits somewhere alone)."""
+    out = [resources[r] for r, a in w.req if all(f[r] < a - _TOL * max(1.0, a) for f in pool.free)]
+    device_blocked = False
+    if not w.dreq.empty:
+        shapes = {pool.shape[i] for i in pool.device_order}
+        device_blocked = all(dev.place(s, w.dreq) is None for s in shapes)
+        if device_blocked:
+            out += sorted(r for r, a in w.d.requests.items() if a > 0 and r in dev.DEVICE_RESOURCES)
+    if out:
+        return out, device_blocked, False
+    return sorted(r for r, a in w.d.requests.items() if a > 0), False, True
+
+
+def _grant(w: _Work, ws: list[_Work], pool: _Pool, resources: list[str]) -> Grant:
+    d = w.d
+    if w.n >= w.want:
+        return Grant(
+            workload=d.workload, replicas=w.n, wanted=w.want, floor=w.floor, rule="unchanged"
+        )
+    ran_out, device_blocked, fragmented = _exhausted(w, pool, resources)
+    short = w.want - w.n
+    missing = {r: short * d.requests.get(r, 0.0) for r in ran_out}
+    phase = w.blocked or "above"
+    others = [o for o in ws if o is not w]
+    if phase == "floor":
+        higher = any(o.n > 0 for o in others if o.cls < w.cls)
+        peers = any(o.n > 0 for o in others if o.cls == w.cls)
+        floors = False
+    else:
+        higher = any(o.n > o.floor for o in others if o.cls < w.cls)
+        peers = any(o.n > o.floor for o in others if o.cls == w.cls)
+        floors = any(min(o.n, o.floor) > 0 for o in others)
+    rule: Rule
+    if device_blocked:
+        rule = "device_fit"
+    elif higher:
+        rule = "priority"
+    elif peers:
+        rule = "fair_share"
+    elif floors:
+        rule = "floor"
+    else:
+        rule = "capacity"
+    where = "even its floor" if phase == "floor" else "above its floor"
+    why = (
+        "no single node has room for one more replica"
+        if fragmented
+        else ("out of " + ", ".join(ran_out))
+    )
+    detail = f"{w.n}/{w.want} replicas (floor {w.floor}, tier {d.tier}): short {where}; {why}"
+    return Grant(
+        workload=d.workload,
+        replicas=w.n,
+        wanted=w.want,
+        floor=w.floor,
+        rule=rule,
+        detail=detail,
+        missing=missing,
+    )
+
+
+# --- hysteresis -------------------------------------------------------------------------------
+
+
+def _within(new: int, ref: int, margin: float) -> bool:
+    return abs(new - ref) <= margin * ref + _TOL
+
+
+def _keep(
+    ws: list[_Work],
+    nodes: list[NodeState],
+    previous: Allocation | Mapping[str, int],
+    margin: float,
+) -> Allocation | None:
+    """The previous allocation, re-placed on today's nodes, if nothing moved past the margin."""
+    if isinstance(previous, Allocation):
+        grants = previous.replicas()
+        ref = {w: g.wanted for w, g in previous.grants.items()}
+    else:
+        grants = dict(previous)
+        ref = grants
+    if set(grants) != {w.d.workload for w in ws}:
+        return None
+    for w in ws:
+        g = grants[w.d.workload]
+        ceiling = w.d.max_replicas if w.d.max_replicas is not None else g
+        if not (_within(w.want, ref[w.d.workload], margin) and w.floor <= g <= ceiling):
+            return None
+    by_name = {w.d.workload: w for w in ws}
+    pool = _packed(ws, nodes, grants, previous)
+    if pool is None:
+        return None
+    if isinstance(previous, Allocation):
+        for r, c in pool.capacity.items():
+            if c > previous.capacity.get(r, 0.0) + _TOL * max(1.0, c):
+                return None
+    out: dict[str, Grant] = {}
+    for name, g in grants.items():
+        w = by_name[name]
+        before = previous.grants[name] if isinstance(previous, Allocation) else None
+        rule: Rule = "unchanged" if g == w.want else "hysteresis"
+        out[name] = Grant(
+            workload=name,
+            replicas=g,
+            wanted=w.want,
+            floor=w.floor,
+            rule=rule,
+            detail=f"kept {g} (wants {w.want}, within {margin:.0%} of {ref[name]})"
+            if rule == "hysteresis"
+            else "",
+            missing=dict(before.missing) if before is not None and g < w.want else {},
+        )
+    return _result(out, pool, kept=True)
+
+
+def _packed(
+    ws: list[_Work],
+    nodes: list[NodeState],
+    grants: Mapping[str, int],
+    previous: Allocation | Mapping[str, int],
+) -> _Pool | None:
+    """A pool holding `grants`: the previous placement if it still fits, else FFD, else None."""
+    by_name = {w.d.workload: w for w in ws}
+    resources = _resource_names(ws)
+    if isinstance(previous, Allocation):
+        pool = _Pool(nodes, resources)
+        index = {name: i for i, name in enumerate(pool.names)}
+        ok = set(previous.placement) <= set(index)
+        for node, on in sorted(previous.placement.items()) if ok else ():
+            # Device replicas replay in their original order so the same choices recur.
+            remaining = dict(on)
+            order: list[str] = []
+            for pick in previous.devices.get(node, []):
+                if remaining.get(pick.workload, 0) > 0:
+                    order.append(pick.workload)
+                    remaining[pick.workload] -= 1
+            order += [n for n, k in sorted(remaining.items()) for _ in range(k)]
+            i = index[node]
+            if any(n not in by_name or not pool.place_on(i, by_name[n]) for n in order):
+                ok = False
+                break
+        if ok and all(sum(p.get(n, 0) for p in pool.placed) == k for n, k in grants.items()):
+            return pool
+    pool = _Pool(nodes, resources)
+    for w in sorted(ws, key=lambda w: (-w.size, w.d.workload)):
+        for _ in range(grants[w.d.workload]):
+            if not pool.place(w):
+                return None
+    return pool
+
+
+def _resource_names(ws: list[_Work]) -> list[str]:
+    return sorted(
+        {r for w in ws for r, a in w.d.requests.items() if a > 0 and r not in dev.DEVICE_RESOURCES}
+    )
+
+
+def shortfalls(alloc: Allocation, pool: str, at: float) -> list[Shortfall]:
+    """One Shortfall per workload granted less than it wanted (topic governor.shortfalls)."""
+    return [
+        Shortfall(
+            workload=g.workload,
+            pool=pool,
+            wanted=g.wanted,
+            granted=g.replicas,
+            resources=dict(g.missing),
+            reason=f"{g.rule}: {g.detail}" if g.detail else g.rule,
+            at=at,
+        )
+        for g in sorted(alloc.grants.values(), key=lambda g: g.workload)
+        if g.short > 0
+    ]
