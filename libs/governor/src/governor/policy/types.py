@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from governor.events import MetricInput, Reason, Rule, WorkloadState
 
 
@@ -28,11 +29,16 @@ class ScaleInputs(msgspec.Struct, frozen=True):
 class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     """Everything the policy remembers between evaluations (array_like keeps it small on the wire).
 
-    recommendations: (step-bucket time, replicas) pairs within the longest stabilization window;
+    recommendations: (time, replicas) pairs within the longest stabilization window, at most two
+    per evaluation step: the smallest and the largest recommendation made in that step (one pair
+    when they agree), stamped with the step's newest evaluation time (see policy/behavior.py);
     scale_events: (time, +added/-removed) within the longest rate-limit period;
     panic_since: when panic mode was entered (None when not panicking); panic_max: the highest
     desired count seen while panicking; failures: consecutive evaluations without fresh data;
-    last_active: the last time load was above the activation threshold (scale to zero).
+    last_active: the last time load was above the activation threshold (scale to zero);
+    expected_replicas: the replicas the previous evaluation left the target at (its decision);
+    failing_since: when the current run of evaluations without fresh data began;
+    panic_over_at: the last time the panic window was over the threshold (Knative's panicTime).
     """
 
     recommendations: list[tuple[float, int]] = msgspec.field(default_factory=list)
@@ -41,6 +47,9 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     panic_max: int = 0
     failures: int = 0
     last_active: float | None = None
+    expected_replicas: int | None = None
+    failing_since: float | None = None
+    panic_over_at: float | None = None
 
 
 class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -1,0 +1,269 @@
+"""HPA's `behavior`: stabilization windows and rate-limit policies, as pure functions of time.
+
+Ported from kubernetes `pkg/controller/podautoscaler/horizontal.go`
+(stabilizeRecommendationWithBehaviors, convertDesiredReplicasWithBehaviorRate,
+calculateScaleUpLimitWithScalingRules, calculateScaleDownLimitWithBehaviors,
+getReplicasChangePerPeriod) and the defaulting of `pkg/apis/autoscaling/v2/defaults.go`
+(GenerateHPAScaleUpRules / GenerateHPAScaleDownRules). HPA keeps its history in controller
+memory; here it lives in ScaleState and every function takes `now`.
+
+Recommendation history, bucketed so the state stays small. HPA keeps one entry per sync
+(every 15 s), but governor evaluates on every message and on every tick, so the history is kept
+per step bucket (floor(t / step)): each bucket holds the smallest and the largest recommendation
+made in it, as two (time, replicas) pairs, or one pair when they agree, stamped with the newest
+evaluation time of the bucket. The up-window takes the min over the window and the down-window the
+max, so the bucket's min and max are exactly what each needs: with one evaluation per step this is
+HPA's history entry for entry; with several per step an entry can outlive the earlier evaluations
+of its bucket by less than one step — the windows then hold a little longer, never shorter.
+
+Scale events are one signed list ((time, +added) or (time, −removed)); HPA's two lists are the
+positive and negative halves, and periodStart = current − added + removed = current − Σchange.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from governor.policy.replicas import DEFAULT_TOLERANCE, Tolerances
+from governor.spec import Behavior, HPAScalingRules
+
+SelectPolicy = Literal["Max", "Min", "Disabled"]
+PolicyType = Literal["Pods", "Percent"]
+
+Entry = tuple[float, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    type: PolicyType
+    value: int
+    period_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """One direction's scaling rules with HPA's defaults filled in."""
+
+    window: float
+    select: SelectPolicy
+    policies: tuple[RatePolicy, ...]
+    tolerance: float = DEFAULT_TOLERANCE
+
+    @property
+    def longest_period(self) -> int:
+        return max((p.period_seconds for p in self.policies), default=0)
+
+
+# HPA defaults (pkg/apis/autoscaling/v2/defaults.go; downscale window from the controller flag).
+DEFAULT_SCALE_UP = Rules(
+    window=0.0,
+    select="Max",
+    policies=(RatePolicy("Pods", 4, 15), RatePolicy("Percent", 100, 15)),
+)
+DEFAULT_SCALE_DOWN = Rules(window=300.0, select="Max", policies=(RatePolicy("Percent", 100, 15),))
+
+
+def _merge(user: HPAScalingRules | None, default: Rules) -> Rules:
+    """copyHPAScalingRules: every field the user set replaces the default's, field by field."""
+    if user is None:
+        return default
+    tol = user.tolerance_value()
+    return Rules(
+        window=(
+            default.window
+            if user.stabilization_window_seconds is None
+            else float(user.stabilization_window_seconds)
+        ),
+        select=default.select if user.select_policy is None else user.select_policy,
+        policies=(
+            default.policies
+            if user.policies is None
+            else tuple(RatePolicy(p.type, p.value, p.period_seconds) for p in user.policies)
+        ),
+        tolerance=default.tolerance if tol is None else tol,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedBehavior:
+    up: Rules
+    down: Rules
+    tolerances: Tolerances
+    # How long history must be kept: the longest window, the longest rate-limit period.
+    horizon: float
+    event_horizon: float
+
+
+def _resolved(up: Rules, down: Rules) -> ResolvedBehavior:
+    return ResolvedBehavior(
+        up=up,
+        down=down,
+        tolerances=Tolerances(down=down.tolerance, up=up.tolerance),
+        horizon=max(up.window, down.window),
+        event_horizon=float(max(up.longest_period, down.longest_period)),
+    )
+
+
+DEFAULT_BEHAVIOR = _resolved(DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN)
+
+
+def resolve(behavior: Behavior | None) -> ResolvedBehavior:
+    if behavior is None or (behavior.scale_up is None and behavior.scale_down is None):
+        return DEFAULT_BEHAVIOR
+    return _resolved(
+        _merge(behavior.scale_up, DEFAULT_SCALE_UP), _merge(behavior.scale_down, DEFAULT_SCALE_DOWN)
+    )
+
+
+# --- stabilization ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stabilized:
+    replicas: int
+    up_limit: int  # min over the up-window (the current recommendation included)
+    down_limit: int  # max over the down-window (the current recommendation included)
+
+
+def stabilize(
+    history: list[Entry],
+    current: int,
+    desired: int,
+    now: float,
+    up_window: float,
+    down_window: float,
+) -> Stabilized:
+    """stabilizeRecommendationWithBehaviors: current clamped into [min up-window, max down-window].
+
+    Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`).
+    """
+    up = down = desired
+    up_cutoff = now - up_window
+    down_cutoff = now - down_window
+    for t, r in history:
+        if t > up_cutoff and r < up:
+            up = r
+        if t > down_cutoff and r > down:
+            down = r
+    replicas = current
+    if replicas < up:
+        replicas = up
+    if replicas > down:
+        replicas = down
+    return Stabilized(replicas, up, down)
+
+
+def record(
+    history: list[Entry], desired: int, now: float, step: float, horizon: float
+) -> list[Entry]:
+    """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step."""
+    cutoff = now - horizon
+    out = [e for e in history if e[0] > cutoff]
+    bucket = math.floor(now / step)
+    lo = hi = desired
+    while out and math.floor(out[-1][0] / step) == bucket:
+        r = out.pop()[1]
+        if r < lo:
+            lo = r
+        elif r > hi:
+            hi = r
+    out.append((now, lo))
+    if hi != lo:
+        out.append((now, hi))
+    return out
+
+
+# --- rate limits ------------------------------------------------------------------------------
+
+
+def replicas_change(events: list[Entry], period: float, now: float) -> int:
+    """getReplicasChangePerPeriod over the signed events: net change strictly inside the period."""
+    cutoff = now - period
+    return sum(change for t, change in events if t > cutoff)
+
+
+def scale_up_limit(current: int, events: list[Entry], rules: Rules, now: float) -> int:
+    """calculateScaleUpLimitWithScalingRules."""
+    if rules.select == "Disabled":
+        return current
+    pick_min = rules.select == "Min"
+    result: int | None = None
+    for p in rules.policies:
+        start = current - replicas_change(events, p.period_seconds, now)
+        # Percent rounds up so that a small target can always grow (HPA's comment).
+        proposed = start + p.value if p.type == "Pods" else math.ceil(start * (1 + p.value / 100))
+        if result is None or (proposed < result if pick_min else proposed > result):
+            result = proposed
+    return current if result is None else result
+
+
+def scale_down_limit(current: int, events: list[Entry], rules: Rules, now: float) -> int:
+    """calculateScaleDownLimitWithBehaviors (Percent truncates toward zero, as Go's int32())."""
+    if rules.select == "Disabled":
+        return current
+    pick_max = rules.select == "Min"
+    result: int | None = None
+    for p in rules.policies:
+        start = current - replicas_change(events, p.period_seconds, now)
+        proposed = start - p.value if p.type == "Pods" else int(start * (1 - p.value / 100))
+        if result is None or (proposed > result if pick_max else proposed < result):
+            result = proposed
+    return current if result is None else result
+
+
+@dataclass(frozen=True, slots=True)
+class Limited:
+    replicas: int
+    # None when the desired count was within range; else what bound it.
+    rule: Literal["rate_limit", "disabled", "min", "max"] | None
+    limit: int
+
+
+def limit_rate(
+    current: int,
+    desired: int,
+    lo: int,
+    hi: int,
+    events: list[Entry],
+    behavior: ResolvedBehavior,
+    now: float,
+) -> Limited:
+    """convertDesiredReplicasWithBehaviorRate: the rate limit and min/max, in HPA's order."""
+    if desired > current:
+        rules = behavior.up
+        limit = scale_up_limit(current, events, rules, now)
+        # Past events may put the limit below current: then hold until they age out.
+        limit = max(limit, current)
+        if hi > limit:
+            allowed = limit
+            rule: Literal["rate_limit", "disabled", "min", "max"] = (
+                "disabled" if rules.select == "Disabled" else "rate_limit"
+            )
+        else:
+            allowed, rule = hi, "max"
+        if desired > allowed:
+            return Limited(allowed, rule, allowed)
+    elif desired < current:
+        rules = behavior.down
+        limit = min(scale_down_limit(current, events, rules, now), current)
+        if lo < limit:
+            allowed = limit
+            rule = "disabled" if rules.select == "Disabled" else "rate_limit"
+        else:
+            allowed, rule = lo, "min"
+        if desired < allowed:
+            return Limited(allowed, rule, allowed)
+    return Limited(desired, None, desired)
+
+
+def record_event(
+    events: list[Entry], at: float, change: int, now: float, horizon: float
+) -> list[Entry]:
+    """The scale events after a change of `change` replicas at `at`, pruned past `horizon`."""
+    cutoff = now - horizon
+    out = [e for e in events if e[0] > cutoff]
+    if change and at > cutoff:
+        out.append((at, change))
+    return out

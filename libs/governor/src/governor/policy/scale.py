@@ -1,0 +1,487 @@
+"""The damped scale policy: one workload's desired replicas from its windows, as HPA would.
+
+`evaluate` composes, in HPA's order (horizontal.go reconcileAutoscaler → computeReplicasForMetrics
+→ normalizeDesiredReplicasWithBehaviors), with KEDA's and Knative's additions slotted in:
+
+1. the target's own state: nothing known → not actionable; 0 replicas without scale-to-zero →
+   scaling disabled (HPA); scale-to-zero activation and cooldown (KEDA);
+   current above max / below min → straight to the bound (HPA, no history recorded);
+2. one desired count per metric (replicas.py), missing/stale data (staleness.py) and the fallback;
+   the max over metrics, and no scale-down while any metric is invalid (HPA);
+3. panic mode on the short window (panic.py, Knative);
+4. stabilization windows, then rate limits and min/max (behavior.py, HPA);
+5. the replica cap (e.g. partitions), never below minReplicas.
+
+Every stage that changes the count adds a Reason; `bound_by` names the last one that did.
+
+Extension point: elastic training jobs (`policy.elastic`) will add restart-aware damping after
+step 4 (a resize must beat its restart penalty); today minReplicas stays the floor and `elastic`
+is not read here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from governor.events import MetricInput, Reason, Rule
+from governor.policy.behavior import (
+    ResolvedBehavior,
+    limit_rate,
+    record,
+    record_event,
+    resolve,
+    scale_down_limit,
+    scale_up_limit,
+    stabilize,
+)
+from governor.policy.panic import panic_step
+from governor.policy.replicas import (
+    Tolerances,
+    per_pod_replicas,
+    raw_replicas,
+    usage_ratio_replicas,
+    utilization_replicas,
+)
+from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
+from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
+from governor.policy.zero import above_activation, idle_check
+from governor.spec import MetricSpec, ScalingPolicySpec
+
+
+def _target(metric: MetricSpec) -> float:
+    t = metric.target
+    kind = t.type
+    value = (
+        t.average_utilization
+        if kind == "Utilization"
+        else t.value
+        if kind == "Value"
+        else t.average_value
+    )
+    assert value is not None  # MetricSpec.__post_init__ guarantees it
+    return value
+
+
+def _ratio(kind: str, value: float, target: float, current: int) -> float:
+    if kind == "Utilization":
+        return math.floor(value) / target
+    if kind == "Value":
+        return value / target
+    return value / (target * current) if current else math.inf
+
+
+def _metric_desired(
+    kind: str, current: int, ready: int, value: float, target: float, tol: Tolerances
+) -> int | None:
+    if kind == "Utilization":
+        return utilization_replicas(current, ready, value, target, tol)
+    if kind == "Value":
+        return usage_ratio_replicas(current, value / target, ready, tol)
+    return per_pod_replicas(current, value, target, tol)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _rate_detail(
+    direction: str,
+    current: int,
+    limit: int,
+    behavior: ResolvedBehavior,
+    events: list[tuple[float, int]],
+    now: float,
+) -> str:
+    """Names the policy that produced the limit; built only when a rate limit binds."""
+    rules = behavior.up if direction == "scaleUp" else behavior.down
+    if rules.select == "Disabled":
+        return f"{direction} selectPolicy Disabled holds {current}"
+    for p in rules.policies:
+        one = type(rules)(rules.window, rules.select, (p,), rules.tolerance)
+        f = scale_up_limit if direction == "scaleUp" else scale_down_limit
+        if f(current, events, one, now) == limit:
+            return (
+                f"{direction} policy {p.type} {p.value}/{p.period_seconds}s limits to {limit}"
+                f" (selectPolicy {rules.select})"
+            )
+    return f"{direction} policies limit to {limit}"  # pragma: no cover - the loop always matches
+
+
+def evaluate(
+    policy: ScalingPolicySpec,
+    inputs: ScaleInputs,
+    state: ScaleState,
+    now: float,
+    *,
+    step_seconds: float = 15.0,
+) -> tuple[ScaleResult, ScaleState]:
+    """One evaluation of the scale policy: the result and the state to keep for the next one."""
+    wl = inputs.workload
+    observations = inputs.observations
+    if wl is None:
+        newest = max(
+            (o.newest_sample for o in observations.values() if o.newest_sample is not None),
+            default=0.0,
+        )
+        result = ScaleResult(
+            desired=0,
+            current=0,
+            bound_by="no_workload_state",
+            reasons=[Reason(rule="no_workload_state", detail="no state of the target seen yet")],
+            inputs=[],
+            newest_input=newest,
+            actionable=False,
+        )
+        return result, state
+
+    current = wl.spec_replicas
+    ready = wl.ready_replicas
+    behavior = resolve(policy.behavior)
+    tol = behavior.tolerances
+
+    # Like HPA, a decision is recorded as a scale event when it is made (so it ages out of the
+    # rate-limit period exactly as HPA's does). Whatever the target did instead — the decision
+    # not applied yet, capped by capacity, or a manual change — shows up as a difference from the
+    # expected replicas and is recorded as a correcting event: only the net change counts.
+    events = state.scale_events
+    expected = state.expected_replicas
+    if expected is not None and expected != current:
+        events = record_event(events, now, current - expected, now, behavior.event_horizon)
+    elif events and events[0][0] <= now - behavior.event_horizon:
+        events = record_event(events, now, 0, now, behavior.event_horizon)
+
+    reasons: list[Reason] = []
+    metric_inputs: list[MetricInput] = []
+    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
+
+    best = -1
+    best_rule: Rule = "metric"
+    invalid = 0
+    failing: list[str] = []
+    failing_age = 0.0
+    panic_desired: int | None = None
+    panic_metric: str | None = None
+    active = False
+    newest = 0.0
+    all_within = True
+    for m in policy.metrics:
+        name = m.name
+        kind = m.target.type
+        target = _target(m)
+        obs = observations.get(name)
+        value = obs.stable if obs is not None else None
+        sample_at = obs.newest_sample if obs is not None else None
+        if sample_at is not None and sample_at > newest:
+            newest = sample_at
+        age = now - sample_at if sample_at is not None else 0.0
+        if value is None or age > stale_after(policy, m):
+            failing.append(name)
+            if age > failing_age:
+                failing_age = age
+            metric_inputs.append(
+                MetricInput(
+                    metric=name,
+                    value=value,
+                    target=target,
+                    target_type=kind,
+                    newest_sample=sample_at,
+                    stale=True,
+                )
+            )
+            continue
+        assert obs is not None
+        if zero is not None and not active:
+            active = above_activation(zero, value) or above_activation(zero, obs.panic)
+        desired = _metric_desired(kind, current, ready, value, target, tol)
+        ratio = _ratio(kind, value, target, current)
+        if desired is None:
+            invalid += 1
+            reasons.append(
+                Reason(
+                    rule="readiness",
+                    metric=name,
+                    detail=f"no ready replica reports {kind} ({ready} of {current} ready)",
+                )
+            )
+            metric_inputs.append(
+                MetricInput(
+                    metric=name,
+                    value=value,
+                    target=target,
+                    target_type=kind,
+                    newest_sample=sample_at,
+                )
+            )
+            continue
+        rule: Rule = "metric"
+        if current and ((ratio > 1.0 and desired < current) or (ratio < 1.0 and desired > current)):
+            # The ready pods scale the ratio; when too few are ready the count can move against
+            # the load's direction (HPA's External Value does): hold instead, as HPA does for
+            # resource metrics ("a change in scale direction").
+            rule = "readiness"
+            detail = (
+                f"ratio {_fmt(ratio)} over {ready} ready of {current} would give {desired}:"
+                f" holds {current}"
+            )
+            desired = current
+        elif current and desired == current and tol.within(ratio):
+            rule = "tolerance"
+            detail = (
+                f"ratio {_fmt(ratio)} within tolerance"
+                f" [{_fmt(1 - tol.down)}, {_fmt(1 + tol.up)}]: holds {current}"
+            )
+        else:
+            detail = (
+                f"{kind} {_fmt(value)} vs target {_fmt(target)}: ratio {_fmt(ratio)} → {desired}"
+            )
+        if rule != "tolerance":
+            all_within = False
+        reasons.append(Reason(rule=rule, metric=name, value=ratio, detail=detail))
+        metric_inputs.append(
+            MetricInput(
+                metric=name,
+                value=value,
+                target=target,
+                target_type=kind,
+                newest_sample=sample_at,
+                desired=desired,
+            )
+        )
+        if desired > best:
+            best, best_rule = desired, rule
+        if policy.panic is not None and obs.panic is not None:
+            pd = raw_replicas(kind, current, ready, obs.panic, target)
+            if panic_desired is None or pd > panic_desired:
+                panic_desired, panic_metric = pd, name
+
+    # --- missing or stale data and the fallback (staleness.py) ---------------------------------
+    failures = 0
+    failing_since: float | None = None
+    if failing:
+        failures = state.failures + 1
+        failing_since = state.failing_since if state.failing_since is not None else now
+        failing_for = max(now - failing_since, failing_age)
+        fb = policy.fallback
+        if fb is not None and fallback_due(fb, failures, failing_for):
+            fr = fallback_replicas(fb, current)
+            reasons.append(
+                Reason(
+                    rule="fallback",
+                    metric=",".join(failing),
+                    detail=(
+                        f"no fresh data for {failures} evaluations ({_fmt(failing_for)} s):"
+                        f" fallback {fb.behavior} → {fr}"
+                    ),
+                )
+            )
+            if fr > best:
+                best, best_rule = fr, "fallback"
+            all_within = False
+        else:
+            invalid += len(failing)
+            reasons.append(
+                Reason(
+                    rule="stale_hold",
+                    metric=",".join(failing),
+                    detail=(
+                        f"no fresh data for {failures} evaluations ({_fmt(failing_for)} s):"
+                        " no scale-down on it"
+                    ),
+                )
+            )
+
+    # Everything below decides; build the next state from what changes.
+    last_active = state.last_active
+    hi = policy.max_replicas
+    cap_binds = False
+    if policy.replica_cap is not None and policy.replica_cap < hi:
+        hi, cap_binds = policy.replica_cap, True
+    lo = policy.min_replicas if zero is None else 1
+    if hi < lo:
+        hi, cap_binds = lo, False
+
+    def done(
+        desired: int,
+        bound_by: Rule,
+        *,
+        history: list[tuple[float, int]] | None = None,
+        panic: tuple[float | None, int, float | None] | None = None,
+        actionable: bool = True,
+    ) -> tuple[ScaleResult, ScaleState]:
+        p_since, p_max, p_over = (
+            (state.panic_since, state.panic_max, state.panic_over_at) if panic is None else panic
+        )
+        new_events = events
+        if actionable and desired != current:
+            new_events = record_event(events, now, desired - current, now, behavior.event_horizon)
+        new_state = ScaleState(
+            recommendations=state.recommendations if history is None else history,
+            scale_events=new_events,
+            panic_since=p_since,
+            panic_max=p_max,
+            failures=failures,
+            last_active=last_active,
+            expected_replicas=desired if actionable else current,
+            failing_since=failing_since,
+            panic_over_at=p_over,
+        )
+        result = ScaleResult(
+            desired=desired,
+            current=current,
+            bound_by=bound_by,
+            reasons=reasons,
+            inputs=metric_inputs,
+            newest_input=newest,
+            actionable=actionable,
+        )
+        return result, new_state
+
+    # --- the target's own state ---------------------------------------------------------------
+    if zero is None and current == 0:
+        reasons.append(
+            Reason(
+                rule="disabled",
+                detail="the target has 0 replicas and minReplicas > 0: scaling is disabled (HPA)",
+            )
+        )
+        return done(0, "disabled", actionable=False)
+
+    if zero is not None:
+        idle = idle_check(zero, active or bool(failing), last_active, now)
+        last_active = idle.last_active
+        if current == 0 and not active:
+            reasons.append(
+                Reason(
+                    rule="activation",
+                    detail=(
+                        f"no fresh metric above activation threshold"
+                        f" {_fmt(zero.activation_threshold)}: stays at 0"
+                    ),
+                )
+            )
+            return done(0, "activation")
+        if current > 0 and idle.cooled_down:
+            reasons.append(
+                Reason(
+                    rule="scale_to_zero",
+                    detail=(
+                        f"no metric above activation threshold {_fmt(zero.activation_threshold)}"
+                        f" for {_fmt(now - idle.last_active)} s (cooldown"
+                        f" {_fmt(zero.cooldown_seconds)} s): to 0"
+                    ),
+                )
+            )
+            return done(0, "scale_to_zero")
+
+    if current > hi:
+        rule_hi: Rule = "cap" if cap_binds else "max"
+        reasons.append(Reason(rule=rule_hi, detail=f"current {current} above {rule_hi} {hi}"))
+        return done(hi, rule_hi)
+    if 0 < current < lo:
+        reasons.append(Reason(rule="min", detail=f"current {current} below minReplicas {lo}"))
+        return done(lo, "min")
+
+    # --- HPA's rule for invalid metrics ---------------------------------------------------------
+    if best < 0 or (invalid and best < current):
+        hold_rule: Rule = "stale_hold" if failing else "readiness"
+        reasons.append(
+            Reason(
+                rule=hold_rule,
+                detail=(
+                    f"{invalid} of {len(policy.metrics)} metrics invalid"
+                    + (f" and the rest ask for {best}" if best >= 0 else "")
+                    + f": holds {current}"
+                ),
+            )
+        )
+        return done(current, hold_rule)
+
+    desired = best
+    bound: Rule = "tolerance" if all_within and desired == current else best_rule
+    if current == 0 and desired < 1:
+        desired = 1
+        bound = "activation"
+        reasons.append(Reason(rule="activation", detail="above the activation threshold: 0 → 1"))
+
+    # --- panic (Knative) ------------------------------------------------------------------------
+    panic_state = (state.panic_since, state.panic_max, state.panic_over_at)
+    if policy.panic is not None:
+        out = panic_step(
+            policy.panic,
+            stable_desired=desired,
+            panic_desired=panic_desired,
+            ready=ready,
+            since=state.panic_since,
+            over_at=state.panic_over_at,
+            panic_max=state.panic_max,
+            now=now,
+        )
+        panic_state = (out.since, out.panic_max, out.over_at)
+        if out.exited:
+            reasons.append(
+                Reason(
+                    rule="panic",
+                    detail=(
+                        f"panic ends: under {_fmt(policy.panic.threshold_percent)} % for a stable"
+                        f" window ({_fmt(policy.panic.stable_window_seconds)} s)"
+                    ),
+                )
+            )
+        if out.panicking:
+            panicked = max(out.desired, current)
+            if panicked != desired:
+                reasons.append(
+                    Reason(
+                        rule="panic",
+                        metric=panic_metric,
+                        detail=(
+                            f"panicking since {_fmt(out.since or now)}: panic window asks"
+                            f" {panic_desired}, stable {desired}, never below"
+                            f" {max(out.panic_max, current)}"
+                        ),
+                    )
+                )
+                desired, bound = panicked, "panic"
+
+    # --- stabilization and rate limits (HPA behavior) -------------------------------------------
+    history = state.recommendations
+    if not history and behavior.horizon > 0:
+        # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
+        history = [(now, current)]
+    st = stabilize(history, current, desired, now, behavior.up.window, behavior.down.window)
+    new_history = record(history, desired, now, step_seconds, behavior.horizon)
+    if st.replicas != desired:
+        if desired < current or st.replicas > desired:
+            detail = (
+                f"stabilization window {_fmt(behavior.down.window)} s holds {st.replicas}"
+                f" (max of recommendations) over {desired}"
+            )
+        else:
+            detail = (
+                f"stabilization window {_fmt(behavior.up.window)} s holds {st.replicas}"
+                f" (min of recommendations) under {desired}"
+            )
+        reasons.append(Reason(rule="stabilization", detail=detail))
+        desired, bound = st.replicas, "stabilization"
+
+    limited = limit_rate(current, desired, lo, hi, events, behavior, now)
+    if limited.rule is not None:
+        rule2: Rule = limited.rule
+        if rule2 == "max" and cap_binds:
+            rule2 = "cap"
+        if rule2 in ("rate_limit", "disabled"):
+            direction = "scaleUp" if desired > current else "scaleDown"
+            detail = _rate_detail(direction, current, limited.limit, behavior, events, now)
+        elif rule2 == "min":
+            detail = f"minReplicas {lo} holds {limited.replicas} over {desired}"
+        else:
+            detail = f"{rule2} {hi} holds {limited.replicas} under {desired}"
+        reasons.append(Reason(rule=rule2, detail=detail))
+        desired, bound = limited.replicas, rule2
+
+    if current == 0 and desired < 1:
+        # A rate limit with only Percent policies cannot grow from 0; KEDA's 0 → 1 is its own step.
+        desired, bound = 1, "scale_to_zero"
+        reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
+
+    return done(desired, bound, history=new_history, panic=panic_state)

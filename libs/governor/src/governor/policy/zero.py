@@ -1,0 +1,34 @@
+"""KEDA-style scale to zero: activation from zero and cooldown to zero.
+
+KEDA's operator does 0↔1 itself and leaves 1↔N to HPA: a workload at zero wakes only when a
+metric is strictly above its activation threshold, and goes back to zero only when no metric has
+been above it for `cooldownSeconds` (`lastActiveTime + cooldown < now`). Two deliberate choices:
+
+* a metric without fresh data counts as active: an outage must not scale a workload to zero;
+* with no record of activity yet (KEDA scales such a target to zero at once), the cooldown starts
+  at the first evaluation instead, so a decider that lost its state never collapses a workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from governor.spec import ScaleToZeroSpec
+
+
+def above_activation(spec: ScaleToZeroSpec, value: float | None) -> bool:
+    return value is not None and value > spec.activation_threshold
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Whether the cooldown has run out, and when activity was last seen (the new state)."""
+
+    cooled_down: bool
+    last_active: float
+
+
+def idle_check(spec: ScaleToZeroSpec, active: bool, last_active: float | None, now: float) -> Idle:
+    if active or last_active is None:
+        return Idle(False, now)
+    return Idle(last_active + spec.cooldown_seconds < now, last_active)
