@@ -1,0 +1,41 @@
+"""The collector's typed configuration (`governor.settings`): defaults, then the YAML/JSON file
+named by `GOVERNOR_COLLECTOR_CONFIG`, then `GOVERNOR_COLLECTOR_<FIELD>` environment variables
+(nested with `__`: `GOVERNOR_COLLECTOR_KAFKA__BOOTSTRAP=127.0.0.1:9092`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from governor.settings import KafkaSettings, load_settings
+
+PREFIX = "GOVERNOR_COLLECTOR"
+
+
+class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kafka: KafkaSettings = msgspec.field(
+        default_factory=lambda: KafkaSettings(client_id="governor-collector")
+    )
+    # HTTP: /metrics, /healthz, /readyz and POST /v1/samples
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    push_max_body_bytes: int = 1024 * 1024
+    log_level: str = "INFO"
+    # The resource source's Kubernetes client: a kubeconfig path, else in-cluster config.
+    kubeconfig: str | None = None
+    # SIGTERM: how long in-flight pushes and polls may take to finish before being cut.
+    shutdown_timeout_seconds: float = 10.0
+    # How long to wait for Kafka at start before giving up.
+    start_timeout_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.push_max_body_bytes <= 0:
+            raise ValueError("push_max_body_bytes: must be > 0")
+        if not 0 <= self.http_port <= 65535:
+            raise ValueError(f"http_port: must be in 0..65535, got {self.http_port}")
+
+
+def load(env: Mapping[str, str] | None = None, file: Path | None = None) -> CollectorSettings:
+    return load_settings(CollectorSettings, PREFIX, env=env, file=file)

@@ -1,0 +1,138 @@
+"""`governor-collector`: metric sources publishing samples to Kafka.
+
+Reads the ScalingPolicies from `governor.policies`, runs one source per policy metric
+(`sources/`), publishes MetricSamples to `governor.metrics`, accepts pushed samples on
+`POST /v1/samples`, and serves `/metrics`, `/healthz` and `/readyz` (ready = the Kafka producer
+is connected and the policies table is loaded). SIGTERM: stop taking pushes, let in-flight
+requests and polls finish, flush the producer, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from governor.bus import Producer
+from governor.settings import ConfigError
+from governor.telemetry import HealthServer, configure_logging
+from governor_collector.config import CollectorSettings, load
+from governor_collector.kafka import BusPublisher
+from governor_collector.policies import PolicyTable
+from governor_collector.scheduler import Scheduler
+from governor_collector.sources import SourceContext
+from governor_collector.sources.push import PUSH_HUB, PushHub, push_routes
+
+log = logging.getLogger("governor_collector")
+
+
+class Collector:
+    """The service, startable and stoppable in-process (tests use it as it runs in production)."""
+
+    def __init__(self, settings: CollectorSettings) -> None:
+        self.settings = settings
+        self.producer = Producer(
+            settings.kafka.bootstrap,
+            client_id=settings.kafka.client_id,
+            start_timeout_s=settings.start_timeout_seconds,
+        )
+        self.publisher = BusPublisher(self.producer)
+        self.ctx = SourceContext(options={"kubeconfig": settings.kubeconfig})
+        self.hub = PushHub()
+        self.ctx.resources[PUSH_HUB] = self.hub
+        self.scheduler = Scheduler(
+            self.ctx, self.publisher, stop_grace_s=settings.shutdown_timeout_seconds
+        )
+        self.policies = PolicyTable(
+            settings.kafka.bootstrap,
+            self.scheduler.apply,
+            client_id=f"{settings.kafka.client_id}-policies",
+            start_timeout_s=settings.start_timeout_seconds,
+        )
+        self._stopping = False
+        self.server = HealthServer(
+            settings.http_host,
+            settings.http_port,
+            self.ready,
+            extra_routes=push_routes(
+                self.publisher,
+                self.hub,
+                max_body_bytes=settings.push_max_body_bytes,
+                accepting=lambda: not self._stopping,
+            ),
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def ready(self) -> bool:
+        return not self._stopping and self.producer.ready and self.policies.loaded
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.policies.start()
+        await self.server.start()
+        log.info(
+            "collector serving on %s:%d (Kafka %s)",
+            self.settings.http_host,
+            self.port,
+            self.settings.kafka.bootstrap,
+        )
+
+    async def stop(self) -> None:
+        """Graceful: no new pushes, in-flight ones finish and are acknowledged, polls finish,
+        then the producer flushes what it holds."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("collector stopping")
+        await self.server.stop()  # waits for in-flight requests (their sends are acked)
+        await self.policies.stop()
+        await self.scheduler.close()
+        await self.ctx.close()
+        await self.producer.stop()  # flushes
+        log.info("collector stopped")
+
+
+async def run(settings: CollectorSettings) -> None:
+    collector = Collector(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await collector.start()
+    try:
+        await stop.wait()
+    finally:
+        await collector.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="governor-collector",
+        description="Metric sources (Prometheus, Kafka lag, metrics API, push) -> governor.metrics."
+        " Configured by GOVERNOR_COLLECTOR_CONFIG (YAML/JSON) and GOVERNOR_COLLECTOR_* variables.",
+    )
+    parser.add_argument("--config", type=Path, help="config file (else GOVERNOR_COLLECTOR_CONFIG)")
+    args = parser.parse_args(argv)
+    try:
+        settings = load(file=args.config)
+    except ConfigError as e:
+        print(f"governor-collector: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    configure_logging("collector", settings.log_level)
+    try:
+        asyncio.run(run(settings))
+    except ConnectionError as e:
+        log.error("cannot start: %s", e)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

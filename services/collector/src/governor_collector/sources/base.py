@@ -1,0 +1,196 @@
+"""The one small interface every metric source implements, and the registry of sources by name.
+
+A source is created per (workload, metric) of a ScalingPolicy, from that metric's `source` spec
+(`governor.spec.MetricSource`, a tagged union: the tag `type` is the registry name). Two shapes:
+
+* `PullSource`: the scheduler calls `collect(now)` every `interval` seconds and publishes what it
+  returns; `collect` raises `SourceError(reason, detail)` when it cannot observe the metric. A
+  failing source never invents a value: no sample is published, `up` goes to 0 and the error is
+  counted by reason, so the decider sees the metric go stale and holds (DESIGN: an outage freezes,
+  it does not collapse).
+* `PushedSource`: samples arrive from outside (HTTP `POST /v1/samples`, or straight on the
+  metrics topic); the source only declares that the (workload, metric) is expected.
+
+Sources do I/O only. Conversions (a PromQL result into samples, PodMetrics into usage, KEDA's lag
+arithmetic) are pure functions beside them or in `governor.policy`.
+
+Adding a source: a module in this package with a `@register`ed subclass whose `name` equals the
+tag of its spec type in `governor.spec`, imported by `governor_collector.sources`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+
+import msgspec
+
+from governor.events import MetricSample
+from governor.spec import MetricSource, TargetRef
+
+C = TypeVar("C", bound=msgspec.Struct)
+
+
+class Publisher(Protocol):
+    """Where samples go (the metrics topic). `publish` returns once Kafka acknowledged every
+    sample and raises otherwise; the collector's implementation is `kafka.BusPublisher`."""
+
+    async def publish(self, samples: Sequence[MetricSample]) -> None: ...
+
+
+class SourceError(Exception):
+    """A source could not observe its metric. `reason` is a short token (a metric label:
+    bounded set), `detail` says what happened and, where it can, what to do."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class SourceTarget:
+    """What one source instance observes: a metric of a workload, named by its policy."""
+
+    workload: str  # namespace/kind/name
+    metric: str
+    namespace: str
+    target_ref: TargetRef
+    policy: str = ""  # namespace/name of the ScalingPolicy
+
+
+R = TypeVar("R")
+
+
+@dataclass
+class SourceContext:
+    """Clients shared by all sources of a process (one HTTP session, one Kafka offsets client per
+    bootstrap, one Kubernetes client), created on first use and closed with the context."""
+
+    resources: dict[str, Any] = field(default_factory=dict)
+    # Process settings sources may need (e.g. "kubeconfig"), set by the shell.
+    options: dict[str, Any] = field(default_factory=dict)
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    async def shared(
+        self,
+        name: str,
+        create: Callable[[], Awaitable[R]],
+        close: Callable[[R], Awaitable[None]] | None = None,
+    ) -> R:
+        """The shared client `name`, created by `create` on first use (once, even when many
+        sources ask at the same time); `close` runs when the context closes."""
+        if name in self.resources:
+            return self.resources[name]  # type: ignore[no-any-return]
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            if name not in self.resources:
+                value = await create()
+                self.resources[name] = value
+                if close is not None:
+                    self._closers.append(lambda: close(value))
+        return self.resources[name]  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        for closer in reversed(self._closers):
+            try:
+                await closer()
+            except Exception:  # closing is best effort; one failure must not leak the rest
+                logging.getLogger(__name__).exception("closing a shared client failed")
+        self._closers.clear()
+        self.resources.clear()
+
+
+class Source(abc.ABC, Generic[C]):
+    """Base of every source: `name` is its registry name (= the spec's tag)."""
+
+    name: ClassVar[str]
+    shape: ClassVar[Literal["pull", "push"]]
+    config_type: ClassVar[type[msgspec.Struct]]
+
+    def __init__(self, target: SourceTarget, config: C, ctx: SourceContext) -> None:
+        self.target = target
+        self.config = config
+        self.ctx = ctx
+
+    async def start(self) -> None:
+        """Acquire what the source needs (called once, before the first collect)."""
+
+    async def close(self) -> None:
+        """Release what `start` acquired (shared clients belong to the context)."""
+
+    def sample(
+        self,
+        value: float,
+        timestamp: float,
+        *,
+        metric: str | None = None,
+        unit: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> MetricSample:
+        return MetricSample(
+            workload=self.target.workload,
+            metric=metric or self.target.metric,
+            value=value,
+            timestamp=timestamp,
+            unit=unit,
+            source=self.name,
+            labels=labels or {},
+        )
+
+
+class PullSource(Source[C]):
+    """Polled every `interval` seconds by the scheduler."""
+
+    shape: ClassVar[Literal["pull", "push"]] = "pull"
+
+    @property
+    def interval(self) -> float:
+        return float(getattr(self.config, "interval_seconds", 15.0))
+
+    @abc.abstractmethod
+    async def collect(self, now: float) -> list[MetricSample]:
+        """Observe the metric now; raise SourceError when it cannot (never return a made-up
+        value)."""
+
+
+class PushedSource(Source[C]):
+    """Samples arrive from outside; the instance says the (workload, metric) is expected."""
+
+    shape: ClassVar[Literal["pull", "push"]] = "push"
+
+
+SOURCES: dict[str, type[Source[Any]]] = {}
+
+S = TypeVar("S", bound=type[Source[Any]])
+
+
+def register(cls: S) -> S:
+    """Class decorator: make a source available under `cls.name`."""
+    if cls.name in SOURCES and SOURCES[cls.name] is not cls:
+        raise ValueError(f"source {cls.name!r} registered twice")
+    SOURCES[cls.name] = cls
+    return cls
+
+
+def source_name(config: MetricSource | msgspec.Struct) -> str:
+    """The registry name of a source spec: its msgspec tag (`type` in the YAML)."""
+    tag = type(config).__struct_config__.tag
+    if not isinstance(tag, str):
+        raise TypeError(f"{type(config).__name__} is not a tagged source spec")
+    return tag
+
+
+def create_source(target: SourceTarget, config: msgspec.Struct, ctx: SourceContext) -> Source[Any]:
+    name = source_name(config)
+    try:
+        cls = SOURCES[name]
+    except KeyError:
+        known = ", ".join(sorted(SOURCES))
+        raise SourceError("unknown_source", f"no source named {name!r} (known: {known})") from None
+    return cls(target, config, ctx)

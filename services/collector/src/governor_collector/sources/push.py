@@ -1,0 +1,229 @@
+"""`push`: samples sent to the collector over HTTP (or produced to the metrics topic directly).
+
+`POST /v1/samples` with `{"samples": [MetricSample, ...]}` (JSON, the MetricSample fields of
+`governor.events`: workload, metric, value, timestamp required; unit, source, labels optional).
+
+* The body is decoded with msgspec into the wire types; a bad batch is rejected whole with 400
+  and `{"error": "invalid_batch", "path": "$.samples[3].value", "reason": "Expected `float`, got
+  `str`", "message": ...}` — msgspec's path names the field. Beyond types: `workload` must be a
+  workload id `namespace/kind/name`, `metric` non-empty, `value` and `timestamp` finite,
+  timestamp > 0. Not JSON: 400 `malformed_json`.
+* A body over the limit (default 1 MiB, setting `push_max_body_bytes`) gets 413 `too_large`,
+  decided from Content-Length before reading or while reading a chunked body.
+* Nothing of a rejected batch is published. An accepted batch is answered `200 {"accepted": n}`
+  only after Kafka acknowledged every sample (acks=all); if Kafka fails, 503 `kafka_unavailable`
+  — some samples may have been written, so a retry may duplicate them; consumers tolerate
+  duplicates (the aggregator keys samples by workload, metric and timestamp).
+* Samples without a `source` get `source: "push"`.
+
+The endpoint takes samples for any workload: apps may produce to the metrics topic directly
+anyway (docs/topics.md), so restricting HTTP would protect nothing. A policy's `push` source
+marks its (workload, metric) as expected: `governor_collector_source_up` is 1 for it, and
+`governor_collector_push_last_sample_timestamp_seconds{workload,metric}` says when its newest
+sample arrived (the decider judges staleness from the samples themselves).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+
+import msgspec
+from aiohttp import web
+
+from governor.events import MetricSample
+from governor.spec import PushSource as PushSpec
+from governor_collector import metrics
+from governor_collector.sources.base import Publisher, PushedSource, register
+
+log = logging.getLogger("governor_collector.push")
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+PUSH_HUB = "push_hub"
+
+
+class SampleBatch(msgspec.Struct, forbid_unknown_fields=True):
+    samples: list[MetricSample]
+
+
+class PushAccepted(msgspec.Struct):
+    accepted: int
+
+
+class PushError(msgspec.Struct, omit_defaults=True):
+    error: str
+    message: str
+    path: str | None = None
+    reason: str | None = None
+    limit_bytes: int | None = None
+
+
+class BatchRejected(ValueError):
+    def __init__(self, status: int, body: PushError) -> None:
+        super().__init__(body.message)
+        self.status = status
+        self.body = body
+
+
+_decoder = msgspec.json.Decoder(SampleBatch)
+_encoder = msgspec.json.Encoder()
+
+
+def _invalid(path: str, reason: str) -> BatchRejected:
+    return BatchRejected(
+        400, PushError("invalid_batch", f"{reason} - at `{path}`", path=path, reason=reason)
+    )
+
+
+def check_sample(sample: MetricSample, path: str) -> None:
+    """What types cannot say: workload id shape, non-empty metric, finite numbers."""
+    parts = sample.workload.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise _invalid(
+            f"{path}.workload",
+            f"must be a workload id namespace/kind/name, got {sample.workload!r}",
+        )
+    if not sample.metric:
+        raise _invalid(f"{path}.metric", "must not be empty")
+    if not math.isfinite(sample.value):
+        raise _invalid(f"{path}.value", f"must be a finite number, got {sample.value}")
+    if not math.isfinite(sample.timestamp) or sample.timestamp <= 0:
+        raise _invalid(f"{path}.timestamp", f"must be epoch seconds > 0, got {sample.timestamp}")
+
+
+def decode_batch(body: bytes) -> list[MetricSample]:
+    """The samples of a push body, or BatchRejected (400) naming the field and why."""
+    try:
+        batch = _decoder.decode(body)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        reason, _, at = text.rpartition(" - at `")
+        if not reason:
+            reason, at = text, "$"
+        raise _invalid(at.rstrip("`"), reason) from None
+    except msgspec.DecodeError as e:
+        raise BatchRejected(
+            400, PushError("malformed_json", f"the body is not valid JSON: {e}", reason=str(e))
+        ) from None
+    out = []
+    for i, s in enumerate(batch.samples):
+        check_sample(s, f"$.samples[{i}]")
+        out.append(s if s.source else msgspec.structs.replace(s, source="push"))
+    return out
+
+
+def _json(status: int, body: msgspec.Struct) -> web.Response:
+    return web.Response(status=status, body=_encoder.encode(body), content_type="application/json")
+
+
+class PushHub:
+    """The (workload, metric) pairs some policy expects by push, and when each last arrived."""
+
+    def __init__(self) -> None:
+        self.expected: dict[tuple[str, str], int] = {}
+
+    def add(self, workload: str, metric: str) -> None:
+        key = (workload, metric)
+        self.expected[key] = self.expected.get(key, 0) + 1
+
+    def remove(self, workload: str, metric: str) -> None:
+        key = (workload, metric)
+        n = self.expected.get(key, 0) - 1
+        if n > 0:
+            self.expected[key] = n
+        else:
+            self.expected.pop(key, None)
+            metrics.remove_push_last(workload, metric)
+
+    def seen(self, samples: Sequence[MetricSample]) -> None:
+        if not self.expected:
+            return
+        now = time.time()
+        for s in samples:
+            if (s.workload, s.metric) in self.expected:
+                metrics.PUSH_LAST_SAMPLE.labels(s.workload, s.metric).set(now)
+
+
+async def _read_limited(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None when it is over `limit` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def push_routes(
+    publisher: Publisher,
+    hub: PushHub,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    accepting: object = None,
+) -> list[web.RouteDef]:
+    """The `POST /v1/samples` route. `accepting`, if given, is a callable saying whether the
+    collector still takes samples (false while shutting down -> 503)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        if callable(accepting) and not accepting():
+            metrics.PUSH_REQUESTS.labels("503").inc()
+            return _json(503, PushError("shutting_down", "the collector is stopping; retry"))
+        body = await _read_limited(request, max_body_bytes)
+        if body is None:
+            metrics.PUSH_REQUESTS.labels("413").inc()
+            return _json(
+                413,
+                PushError(
+                    "too_large",
+                    f"the body is over the limit of {max_body_bytes} bytes; send smaller batches",
+                    limit_bytes=max_body_bytes,
+                ),
+            )
+        try:
+            samples = decode_batch(body)
+        except BatchRejected as e:
+            metrics.PUSH_REQUESTS.labels(str(e.status)).inc()
+            return _json(e.status, e.body)
+        try:
+            await publisher.publish(samples)
+        except Exception as e:
+            log.warning("push: publishing %d samples failed: %s", len(samples), e)
+            metrics.SOURCE_ERRORS.labels("push", "publish").inc()
+            metrics.PUSH_REQUESTS.labels("503").inc()
+            return _json(
+                503,
+                PushError(
+                    "kafka_unavailable",
+                    f"Kafka did not acknowledge the batch ({type(e).__name__}: {e}); retry",
+                ),
+            )
+        hub.seen(samples)
+        metrics.SAMPLES.labels("push").inc(len(samples))
+        metrics.PUSH_REQUESTS.labels("200").inc()
+        return _json(200, PushAccepted(len(samples)))
+
+    return [web.post("/v1/samples", handle)]
+
+
+@register
+class PushMetricSource(PushedSource[PushSpec]):
+    """A policy metric fed by push: marks its (workload, metric) as expected."""
+
+    name = "push"
+    config_type = PushSpec
+
+    async def _hub(self) -> PushHub:
+        async def create() -> PushHub:
+            return PushHub()
+
+        return await self.ctx.shared(PUSH_HUB, create)
+
+    async def start(self) -> None:
+        (await self._hub()).add(self.target.workload, self.target.metric)
+
+    async def close(self) -> None:
+        (await self._hub()).remove(self.target.workload, self.target.metric)
