@@ -1,3 +1,3 @@
 """Fixtures for real components live in tests/fixtures/, one module per component."""
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kube"]
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kube", "tests.fixtures.prometheus"]
