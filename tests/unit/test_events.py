@@ -88,6 +88,9 @@ def examples() -> dict[str, msgspec.Struct]:
             reason="x",
             at=1,
         ),
+        events.DECIDER_STATE.name: events.DeciderCheckpoint(
+            workload=wl, seq=7, last_to=3, scale_state=b"\x93\x90\x90\xc0"
+        ),
     }
 
 

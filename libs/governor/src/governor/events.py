@@ -248,6 +248,23 @@ class PolicyRecord(Event):
     published_at: float = 0.0
 
 
+class DeciderCheckpoint(Event):
+    """The decider's per-workload memory (topic governor.decider-state, compacted, key: workload).
+
+    Internal to governor, not a contract for subscribers: `scale_state` is the msgpack encoding of
+    `governor.policy.types.ScaleState`. Written and acknowledged BEFORE the decision it allows, so
+    after a crash the seq only moves forward and no decision goes back to an older input.
+    """
+
+    workload: str
+    seq: int
+    last_to: int | None = None
+    last_decided_at: float = 0.0
+    last_newest_input: float = 0.0
+    scale_state: bytes = b""
+    updated_at: float = 0.0
+
+
 # --- the table --------------------------------------------------------------------------------
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -309,6 +326,15 @@ ACTUATIONS: Topic[Actuation] = Topic(
 )
 SHORTFALLS: Topic[Shortfall] = Topic("governor.shortfalls", Shortfall, lambda s: s.pool, "pool")
 
+DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
+    "governor.decider-state",
+    DeciderCheckpoint,
+    lambda c: c.workload,
+    "workload",
+    compacted=True,
+    retention_ms=None,
+)
+
 TOPICS: tuple[Topic[Any], ...] = (
     METRICS,
     LOAD,
@@ -319,6 +345,7 @@ TOPICS: tuple[Topic[Any], ...] = (
     DECISIONS,
     ACTUATIONS,
     SHORTFALLS,
+    DECIDER_STATE,
 )
 
 

@@ -1,0 +1,233 @@
+"""governor-aggregator: a faust-streaming app turning samples into windowed load.
+
+Per (workload, metric) it keeps a stable window (default 60 s, hopping every 10 s) and a panic
+window (default 6 s, hopping every 2 s) over event time, computed by `governor.windows` — the
+same code the simulator runs. It publishes a LoadWindow when a window closes, and the running
+estimate of the open window at most every `publish_interval_ms`, so a decision never waits for a
+whole window.
+
+- Samples are consumed as raw bytes and decoded with governor's codec (`governor.bus`), so the
+  dead-letter rule holds here too: undecodable or invalid samples go to governor.metrics.dlq
+  with the reason in headers.
+- The window state lives in a faust Table with a changelog topic, so a restarted or rebalanced
+  worker recovers it. The store is `memory://` by default, `rocksdb://` (rocksdict) as an option.
+- At-least-once: after a crash, samples after the last committed offset are processed again and
+  may count twice in an open window (they can not in a closed one: closed windows are final).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import faust
+import msgspec
+from prometheus_client import Counter, Gauge
+
+from governor import events
+from governor.bus import (
+    H_DLQ_ERROR,
+    H_DLQ_OFFSET,
+    H_DLQ_PARTITION,
+    H_DLQ_REASON,
+    H_DLQ_TOPIC,
+    DeadLetter,
+    _Decoder,
+    codec_for,
+)
+from governor.settings import KafkaSettings, load_settings
+from governor.telemetry import HealthServer, JsonFormatter
+from governor.windows import (
+    SeriesWindows,
+    WindowSpec,
+    estimate,
+    hopping,
+    ingest,
+    to_load_window,
+)
+
+log = logging.getLogger("governor.aggregator")
+
+SAMPLES = Counter("governor_aggregator_samples_total", "Samples aggregated.", ["outcome"])
+WINDOWS = Counter(
+    "governor_aggregator_windows_total", "Load windows published.", ["window", "state"]
+)
+SERIES = Gauge("governor_aggregator_series", "Series (workload, metric, window) held.")
+
+
+class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
+    app_id: str = "governor-aggregator"
+    store: str = "memory://"
+    stable_window_seconds: float = 60.0
+    stable_hop_seconds: float = 10.0
+    panic_window_seconds: float = 6.0
+    panic_hop_seconds: float = 2.0
+    allowed_lateness_seconds: float = 2.0
+    publish_interval_ms: int = 500
+    http_host: str = "127.0.0.1"
+    http_port: int = 8082
+    log_level: str = "INFO"
+    data_dir: str = "/tmp/governor-aggregator"
+
+
+_SERIES_ENC = msgspec.msgpack.Encoder()
+_SERIES_DEC = msgspec.msgpack.Decoder(SeriesWindows)
+_LOAD = codec_for(events.LOAD)
+_SEP = "\x1f"
+
+
+def series_key(workload: str, metric: str, window: str) -> str:
+    return f"{workload}{_SEP}{metric}{_SEP}{window}"
+
+
+class _Record:
+    """The shape governor.bus's decoder reads, from a faust message."""
+
+    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic", "value")
+
+    def __init__(self, message: Any) -> None:
+        self.topic = message.topic
+        self.partition = message.partition
+        self.offset = message.offset
+        self.key = message.key
+        self.value = message.value
+        self.timestamp = int((message.timestamp or 0) * 1000)
+        raw = message.headers or []
+        items = raw.items() if isinstance(raw, dict) else raw
+        self.headers = [(k, bytes(v)) for k, v in items]
+
+
+def build_app(s: AggregatorSettings) -> faust.App:
+    app = faust.App(
+        s.app_id,
+        broker=f"kafka://{s.kafka.bootstrap}",
+        store=s.store,
+        datadir=s.data_dir,
+        topic_partitions=events.METRICS.partitions,
+        topic_allow_declare=True,
+        web_enabled=False,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=200,
+        broker_commit_interval=1.0,
+        table_cleanup_interval=60.0,
+    )
+    specs: dict[str, WindowSpec] = {
+        "stable": hopping(
+            s.stable_window_seconds, s.stable_hop_seconds, s.allowed_lateness_seconds
+        ),
+        "panic": hopping(s.panic_window_seconds, s.panic_hop_seconds, s.allowed_lateness_seconds),
+    }
+    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+    metrics_topic = app.topic(events.METRICS.name, key_type=bytes, value_type=bytes, **raw)
+    load_topic = app.topic(events.LOAD.name, **raw)
+    dlq_topic = app.topic(events.METRICS.dlq, **raw)
+    table = app.Table(
+        "governor-aggregator-series",
+        default=None,
+        partitions=events.METRICS.partitions,
+        schema=faust.Schema(key_type=bytes, value_type=bytes, **raw),
+    )
+    decoder = _Decoder(events.METRICS)
+    dirty: dict[str, SeriesWindows] = {}
+
+    async def publish(window: events.LoadWindow) -> None:
+        await load_topic.send(
+            key=window.workload.encode(),
+            value=_LOAD.encode(window),
+            headers=list(_LOAD.headers),
+        )
+        WINDOWS.labels(window.window, "closed" if window.closed else "open").inc()
+
+    async def dead_letter(rec: _Record, err: DeadLetter) -> None:
+        await dlq_topic.send(
+            key=rec.key,
+            value=rec.value,
+            headers=[
+                *rec.headers,
+                (H_DLQ_REASON, err.reason.encode()),
+                (H_DLQ_ERROR, err.detail[:1000].encode()),
+                (H_DLQ_TOPIC, rec.topic.encode()),
+                (H_DLQ_PARTITION, str(rec.partition).encode()),
+                (H_DLQ_OFFSET, str(rec.offset).encode()),
+            ],
+        )
+        SAMPLES.labels("dead_letter").inc()
+        log.warning("dead-lettered a sample: %s", err, extra={"offset": rec.offset})
+
+    @app.agent(metrics_topic)
+    async def aggregate(stream: Any) -> Any:
+        async for event in stream.events():
+            rec = _Record(event.message)
+            try:
+                sample = decoder(rec).value
+            except DeadLetter as err:
+                await dead_letter(rec, err)
+                continue
+            assert sample is not None
+            for kind, spec in specs.items():
+                key = series_key(sample.workload, sample.metric, kind)
+                stored = table.get(key.encode())
+                series = _SERIES_DEC.decode(stored) if stored else SeriesWindows(spec=spec)
+                series, closed, late = ingest(series, sample.value, sample.timestamp)
+                table[key.encode()] = _SERIES_ENC.encode(series)
+                dirty[key] = series
+                for acc in closed:
+                    await publish(
+                        to_load_window(acc, sample.workload, sample.metric, kind, closed=True)
+                    )
+                if late and kind == "stable":
+                    SAMPLES.labels("late").inc()
+            SAMPLES.labels("ok").inc()
+            yield None
+
+    @app.timer(interval=s.publish_interval_ms / 1000.0)
+    async def publish_open_windows() -> None:
+        if not dirty:
+            return
+        pending = list(dirty.items())
+        dirty.clear()
+        SERIES.set(len(table))
+        for key, series in pending:
+            workload, metric, kind = key.split(_SEP)
+            newest = series.newest if series.newest is not None else time.time()
+            acc = estimate(series, newest)
+            if acc is not None:
+                await publish(to_load_window(acc, workload, metric, kind, closed=False))  # type: ignore[arg-type]
+
+    def ready() -> bool:
+        return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())
+
+    @app.task
+    async def serve_health() -> None:
+        # faust's own web server is off; /metrics, /healthz, /readyz are the same as elsewhere.
+        await HealthServer(s.http_host, s.http_port, ready).start()
+
+    return app
+
+
+def main() -> None:
+    settings = load_settings(AggregatorSettings, "GOVERNOR_AGGREGATOR")
+    app = build_app(settings)
+    # faust (mode) configures logging itself: hand it ours, one JSON object per line.
+    logging_config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter, "service": "aggregator"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "root": {"handlers": ["stderr"], "level": settings.log_level.upper()},
+        "loggers": {"aiokafka": {"level": "CRITICAL"}},
+    }
+    worker = faust.Worker(
+        app,
+        loglevel=settings.log_level.lower(),
+        logging_config=logging_config,
+        override_logging=True,
+    )
+    worker.execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()

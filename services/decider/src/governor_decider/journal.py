@@ -1,0 +1,90 @@
+"""A JSON-lines record of every input the decider core saw, in order, so a run can be replayed
+through `DeciderCore` and compared decision by decision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from governor.decider import DeciderCore, Outputs
+from governor.events import DeciderCheckpoint, LoadWindow, WorkloadState
+from governor.spec import ScalingPolicy
+
+
+class PolicyIn(msgspec.Struct, tag="policy"):
+    key: str
+    policy: ScalingPolicy | None
+
+
+class WorkloadIn(msgspec.Struct, tag="workload"):
+    state: WorkloadState
+
+
+class WindowIn(msgspec.Struct, tag="window"):
+    window: LoadWindow
+
+
+class CheckpointIn(msgspec.Struct, tag="checkpoint"):
+    checkpoint: DeciderCheckpoint
+
+
+class DecideIn(msgspec.Struct, tag="decide"):
+    workload: str
+    now: float
+
+
+Entry = PolicyIn | WorkloadIn | WindowIn | CheckpointIn | DecideIn
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        self._file: IO[bytes] = path.open("ab", buffering=1 << 16)
+        self._enc = msgspec.json.Encoder()
+
+    def _write(self, entry: Entry) -> None:
+        self._file.write(self._enc.encode(entry) + b"\n")
+
+    def policy(self, key: str, policy: ScalingPolicy | None) -> None:
+        self._write(PolicyIn(key, policy))
+
+    def workload(self, state: WorkloadState) -> None:
+        self._write(WorkloadIn(state))
+
+    def window(self, window: LoadWindow) -> None:
+        self._write(WindowIn(window))
+
+    def checkpoint(self, cp: DeciderCheckpoint) -> None:
+        self._write(CheckpointIn(cp))
+
+    def decide(self, workload: str, now: float) -> None:
+        self._write(DecideIn(workload, now))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read(path: Path) -> Iterator[Entry]:
+    dec = msgspec.json.Decoder(Entry)
+    with path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                yield dec.decode(line)
+
+
+def replay(entries: Iterator[Entry], core: DeciderCore) -> Iterator[tuple[DecideIn, Outputs]]:
+    """Feed a journal to a fresh core; yields each decide step with what it produced."""
+    for e in entries:
+        if isinstance(e, PolicyIn):
+            core.on_policy(e.key, e.policy)
+        elif isinstance(e, WorkloadIn):
+            core.on_workload(e.state)
+        elif isinstance(e, WindowIn):
+            core.on_window(e.window)
+        elif isinstance(e, CheckpointIn):
+            core.on_checkpoint(e.checkpoint)
+        else:
+            yield e, core.decide(e.workload, e.now)

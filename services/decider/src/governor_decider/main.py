@@ -1,0 +1,243 @@
+"""governor-decider: load windows, policies and workload states in; decisions out.
+
+I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
+- reads its own checkpoints (governor.decider-state) first, so seq and history survive restarts;
+- reads policies and workloads as global tables (every partition, from the beginning);
+- consumes governor.load in the consumer group `governor-decider` and decides on each window;
+- ticks every `tick_seconds`, so staleness, fallback, cooldowns and panic exit fire without input;
+- writes each checkpoint and waits for its acknowledgement before publishing the decision it allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from prometheus_client import Counter, Gauge, Histogram
+
+from governor import events
+from governor.bus import Consumer, Message, Producer, read_table
+from governor.decider import DeciderCore, Outputs
+from governor.settings import KafkaSettings, load_settings
+from governor.telemetry import HealthServer, configure_logging
+from governor.topics import ensure_topics
+from governor_decider.journal import Journal
+
+log = logging.getLogger("governor.decider")
+
+DECISIONS = Counter(
+    "governor_decider_decisions_total",
+    "Scale decisions published, by the rule that bound them.",
+    ["rule"],
+)
+EVALUATIONS = Counter(
+    "governor_decider_evaluations_total", "Policy evaluations, by trigger.", ["trigger"]
+)
+LATENCY = Histogram(
+    "governor_decider_sample_to_decision_seconds",
+    "Newest input sample's event time to the decision's publication.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0),
+)
+REPLICAS = Gauge(
+    "governor_decider_replicas",
+    "Replicas per workload: current (observed), desired (recommended), min and max.",
+    ["workload", "kind"],
+)
+PANIC = Gauge("governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"])
+
+
+class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
+    group_id: str = "governor-decider"
+    tick_seconds: float = 1.0
+    step_seconds: float = 15.0
+    pending_grace_seconds: float = 60.0
+    http_host: str = "127.0.0.1"
+    http_port: int = 8083
+    log_level: str = "INFO"
+    create_topics: bool = True
+    journal: str | None = None  # path: a JSON-lines record of every input, for replay
+
+
+class Decider:
+    def __init__(self, settings: DeciderSettings) -> None:
+        self.s = settings
+        self.core = DeciderCore(
+            step_seconds=settings.step_seconds, pending_grace=settings.pending_grace_seconds
+        )
+        self.producer = Producer(settings.kafka.bootstrap, client_id="governor-decider")
+        self.tables = Consumer(
+            settings.kafka.bootstrap,
+            [events.POLICIES, events.WORKLOADS],
+            group_id=None,
+            client_id="governor-decider-tables",
+            dlq_producer=self.producer,
+        )
+        self.load = Consumer(
+            settings.kafka.bootstrap,
+            [events.LOAD],
+            group_id=settings.group_id,
+            client_id="governor-decider",
+            dlq_producer=self.producer,
+        )
+        self.journal = Journal(Path(settings.journal)) if settings.journal else None
+        self.tables_loaded = False
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self.tables_loaded and self.producer.ready and self.load.ready
+
+    async def restore(self) -> None:
+        checkpoints = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE)
+        for cp in checkpoints.values():
+            self.core.on_checkpoint(cp)
+            if self.journal:
+                self.journal.checkpoint(cp)
+        policies = await read_table(self.s.kafka.bootstrap, events.POLICIES)
+        for key, rec in policies.items():
+            self._policy(key, rec)
+        for state in (await read_table(self.s.kafka.bootstrap, events.WORKLOADS)).values():
+            self._workload(state)
+        self.tables_loaded = True
+        log.info(
+            "restored",
+            extra={"checkpoints": len(checkpoints), "policies": len(self.core.policies)},
+        )
+
+    def _policy(self, key: str, rec: events.PolicyRecord | None) -> None:
+        policy = rec.policy if rec is not None else None
+        self.core.on_policy(key, policy)
+        if self.journal:
+            self.journal.policy(key, policy)
+
+    def _workload(self, state: events.WorkloadState) -> None:
+        self.core.on_workload(state)
+        if self.journal:
+            self.journal.workload(state)
+
+    async def on_table(self, msg: Message[Any]) -> None:
+        async with self._lock:
+            if msg.topic == events.POLICIES.name and msg.key is not None:
+                self._policy(msg.key, msg.value)
+            elif msg.topic == events.WORKLOADS.name and msg.value is not None:
+                self._workload(msg.value)
+
+    async def on_load(self, batch: list[Message[Any]]) -> None:
+        touched: dict[str, None] = {}
+        async with self._lock:
+            for msg in batch:
+                window: events.LoadWindow = msg.value
+                self.core.on_window(window)
+                if self.journal:
+                    self.journal.window(window)
+                touched[window.workload] = None
+            now = time.time()
+            for workload in touched:
+                await self._decide(workload, now, "load")
+
+    async def ticker(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(self.s.tick_seconds)
+            if not self.tables_loaded:
+                continue
+            async with self._lock:
+                now = time.time()
+                # Only workloads whose load this instance consumes: their partitions are ours.
+                for workload in sorted(self.core.windows):
+                    await self._decide(workload, now, "tick")
+
+    async def _decide(self, workload: str, now: float, trigger: str) -> None:
+        if self.journal:
+            self.journal.decide(workload, now)
+        out = self.core.decide(workload, now)
+        EVALUATIONS.labels(trigger).inc()
+        await self._publish(workload, out)
+
+    async def _publish(self, workload: str, out: Outputs) -> None:
+        if out.checkpoint is not None:
+            # Acknowledged before the decision goes out: a restart can never reuse this seq.
+            await self.producer.send(events.DECIDER_STATE, out.checkpoint)
+        rec = out.recommendation
+        if rec is not None:
+            await self.producer.publish(events.RECOMMENDATIONS, rec)
+            for kind, value in (
+                ("current", rec.current),
+                ("desired", rec.desired),
+                ("min", rec.min_replicas),
+                ("max", rec.max_replicas),
+            ):
+                REPLICAS.labels(workload, kind).set(value)
+            PANIC.labels(workload).set(any(r.rule == "panic" for r in rec.reasons))
+        d = out.decision
+        if d is not None:
+            await self.producer.send(events.DECISIONS, d)
+            LATENCY.observe(max(0.0, time.time() - d.newest_input))
+            rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
+            DECISIONS.labels(rule).inc()
+            log.info(
+                "decision %d -> %d",
+                d.from_replicas,
+                d.to_replicas,
+                extra={
+                    "workload": workload,
+                    "decision_id": d.decision_id,
+                    "seq": d.seq,
+                    "reasons": "; ".join(f"{r.rule}: {r.detail}" for r in d.reasons),
+                },
+            )
+        elif out.note and out.note != "no change":
+            log.debug(out.note, extra={"workload": workload})
+
+    async def run(self) -> None:
+        if self.s.create_topics:
+            await ensure_topics(self.s.kafka.bootstrap)
+        await self.producer.start()
+        await self.restore()
+        await self.tables.start()
+        await self.load.start()
+        health = HealthServer(self.s.http_host, self.s.http_port, lambda: self.ready)
+        await health.start()
+        tasks = [
+            asyncio.create_task(self.tables.run(self.on_table)),
+            asyncio.create_task(self.load.run_batches(self.on_load)),
+            asyncio.create_task(self.ticker()),
+        ]
+        log.info("decider running", extra={"http_port": health.port})
+        await self._stop.wait()
+        await self.load.stop()
+        await self.tables.stop()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.producer.stop()
+        await health.stop()
+        if self.journal:
+            self.journal.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def main() -> None:
+    settings = load_settings(DeciderSettings, "GOVERNOR_DECIDER")
+    configure_logging("decider", settings.log_level)
+    decider = Decider(settings)
+
+    async def amain() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, decider.stop)
+        await decider.run()
+
+    asyncio.run(amain())
+
+
+if __name__ == "__main__":
+    main()
