@@ -171,16 +171,24 @@ class _Pool:
         self.shape = [s for s, _ in topo]
         self.layout = [lay for _, lay in topo]
         with_devices = [i for i, s in enumerate(self.shape) if any(g[1] or g[2] for g in s)]
-        plain = [i for i in range(len(usable)) if i not in set(with_devices)]
-        self.plain_order = plain + with_devices
+        has = set(with_devices)
+        self.plain_order = [i for i in range(len(usable)) if i not in has] + with_devices
         self.device_order = with_devices
-        self.placed: list[dict[str, int]] = [{} for _ in usable]
-        self.picks: list[list[DevicePick]] = [[] for _ in usable]
-        self.ptr: dict[object, int] = {}
         cap = {r: sum(f[i] for f in self.free) for i, r in enumerate(resources)}
         cap[GPU_DIM] = sum(f for s in self.shape for g in s for f in g[1]) / dev.WHOLE
         cap[RDMA_DIM] = float(sum(v for s in self.shape for g in s for v in g[2]))
         self.capacity = cap
+        self._free0 = [list(f) for f in self.free]
+        self._shape0 = list(self.shape)
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the empty inventory (nothing managed placed)."""
+        self.free = [list(f) for f in self._free0]
+        self.shape = list(self._shape0)
+        self.placed: list[dict[str, int]] = [{} for _ in self.names]
+        self.picks: list[list[DevicePick]] = [[] for _ in self.names]
+        self.ptr: dict[object, int] = {}
 
     def place_on(self, i: int, w: _Work) -> bool:
         free = self.free[i]
@@ -270,19 +278,25 @@ def allocate(
     margin: float = DEFAULT_MARGIN,
 ) -> Allocation:
     """Replicas per workload of one pool, each with the rule that bound it (pure)."""
-    nodes = list(nodes)
     ws, pool, resources = _prepare(demands, nodes)
     if previous is not None:
-        kept = _keep(ws, nodes, previous, margin)
+        kept = _keep(ws, pool, previous, margin)
         if kept is not None:
             return kept
+        pool.reset()
     classes = sorted({w.cls for w in ws})
     members = {c: [w for w in ws if w.cls == c] for c in classes}
-    for c in classes:
-        _fill(pool, members[c], "floor", "floor")
+    if _pack(pool, ws, {w.d.workload: w.floor for w in ws}):
+        for w in ws:
+            w.n = w.floor
+    else:
+        pool.reset()
+        for c in classes:
+            _fill(pool, members[c], "floor", "floor")
     for c in classes:
         _fill(pool, members[c], "want", "above")
-    grants = {w.d.workload: _grant(w, ws, pool, resources) for w in ws}
+    census = _Census(ws, pool)
+    grants = {w.d.workload: _grant(w, census, resources) for w in ws}
     return _result(grants, pool, kept=False)
 
 
@@ -296,57 +310,78 @@ def _result(grants: dict[str, Grant], pool: _Pool, *, kept: bool) -> Allocation:
     )
 
 
-def _exhausted(w: _Work, pool: _Pool, resources: list[str]) -> tuple[list[str], bool, bool]:
-    """(resources that ran out, devices fit nowhere, fragmented: each fits somewhere alone)."""
-    out = [resources[r] for r, a in w.req if all(f[r] < a - _TOL * max(1.0, a) for f in pool.free)]
-    device_blocked = False
-    if not w.dreq.empty:
-        shapes = {pool.shape[i] for i in pool.device_order}
-        device_blocked = all(dev.place(s, w.dreq) is None for s in shapes)
-        if device_blocked:
-            out += sorted(r for r, a in w.d.requests.items() if a > 0 and r in dev.DEVICE_RESOURCES)
-    if out:
-        return out, device_blocked, False
-    return sorted(r for r, a in w.d.requests.items() if a > 0), False, True
+class _Census:
+    """What every class holds once filling is over, to say who a short workload lost to."""
+
+    def __init__(self, ws: list[_Work], pool: _Pool) -> None:
+        self.classes = sorted({w.cls for w in ws})
+        self.held = dict.fromkeys(self.classes, 0)
+        self.above = dict.fromkeys(self.classes, 0)
+        self.floors = 0
+        for w in ws:
+            self.held[w.cls] += w.n
+            self.above[w.cls] += max(0, w.n - w.floor)
+            self.floors += min(w.n, w.floor)
+        nres = len(pool.free[0]) if pool.free else 0
+        self.max_free = [max((f[r] for f in pool.free), default=0.0) for r in range(nres)]
+        self.shapes = sorted({pool.shape[i] for i in pool.device_order})
+        self.device_blocked: dict[dev.DeviceRequest, bool] = {}
+
+    def exhausted(self, w: _Work, resources: list[str]) -> tuple[list[str], bool, bool]:
+        """(resources that ran out, devices fit nowhere, fragmented: each fits somewhere alone)."""
+        out = [resources[r] for r, a in w.req if self.max_free[r] < a - _TOL * max(1.0, a)]
+        blocked = False
+        if not w.dreq.empty:
+            if w.dreq not in self.device_blocked:
+                self.device_blocked[w.dreq] = all(dev.place(s, w.dreq) is None for s in self.shapes)
+            blocked = self.device_blocked[w.dreq]
+            if blocked:
+                out += sorted(
+                    r for r, a in w.d.requests.items() if a > 0 and r in dev.DEVICE_RESOURCES
+                )
+        if out:
+            return out, blocked, False
+        return sorted(r for r, a in w.d.requests.items() if a > 0), False, True
+
+    def rivals(self, w: _Work, phase: str) -> tuple[int, int, int]:
+        """Replicas held by higher classes, by peers, by others' floors, in the phase w lost."""
+        held = self.held if phase == "floor" else self.above
+        own = w.n if phase == "floor" else max(0, w.n - w.floor)
+        higher = sum(held[c] for c in self.classes if c < w.cls)
+        floors = 0 if phase == "floor" else self.floors - min(w.n, w.floor)
+        return higher, held[w.cls] - own, floors
 
 
-def _grant(w: _Work, ws: list[_Work], pool: _Pool, resources: list[str]) -> Grant:
+def _grant(w: _Work, census: _Census, resources: list[str]) -> Grant:
     d = w.d
     if w.n >= w.want:
         return Grant(
             workload=d.workload, replicas=w.n, wanted=w.want, floor=w.floor, rule="unchanged"
         )
-    ran_out, device_blocked, fragmented = _exhausted(w, pool, resources)
+    ran_out, device_blocked, fragmented = census.exhausted(w, resources)
     short = w.want - w.n
     missing = {r: short * d.requests.get(r, 0.0) for r in ran_out}
     phase = w.blocked or "above"
-    others = [o for o in ws if o is not w]
-    if phase == "floor":
-        higher = any(o.n > 0 for o in others if o.cls < w.cls)
-        peers = any(o.n > 0 for o in others if o.cls == w.cls)
-        floors = False
-    else:
-        higher = any(o.n > o.floor for o in others if o.cls < w.cls)
-        peers = any(o.n > o.floor for o in others if o.cls == w.cls)
-        floors = any(min(o.n, o.floor) > 0 for o in others)
+    higher, peers, floors = census.rivals(w, phase)
+    kind = "" if phase == "floor" else "above-floor "
     rule: Rule
     if device_blocked:
-        rule = "device_fit"
+        rule, lost = "device_fit", ""
     elif higher:
-        rule = "priority"
+        rule, lost = "priority", f"; higher classes hold {higher} {kind}replicas"
     elif peers:
-        rule = "fair_share"
+        rule, lost = "fair_share", f"; its class's peers hold {peers} {kind}replicas"
     elif floors:
-        rule = "floor"
+        rule, lost = "floor", f"; other workloads' floors hold {floors} replicas"
     else:
-        rule = "capacity"
+        rule, lost = "capacity", ""
     where = "even its floor" if phase == "floor" else "above its floor"
     why = (
         "no single node has room for one more replica"
         if fragmented
         else ("out of " + ", ".join(ran_out))
     )
-    detail = f"{w.n}/{w.want} replicas (floor {w.floor}, tier {d.tier}): short {where}; {why}"
+    detail = f"{w.n}/{w.want} replicas (floor {w.floor}, tier {d.tier}): short {where}; {why}{lost}"
     return Grant(
         workload=d.workload,
         replicas=w.n,
@@ -367,7 +402,7 @@ def _within(new: int, ref: int, margin: float) -> bool:
 
 def _keep(
     ws: list[_Work],
-    nodes: list[NodeState],
+    pool: _Pool,
     previous: Allocation | Mapping[str, int],
     margin: float,
 ) -> Allocation | None:
@@ -386,8 +421,7 @@ def _keep(
         if not (_within(w.want, ref[w.d.workload], margin) and w.floor <= g <= ceiling):
             return None
     by_name = {w.d.workload: w for w in ws}
-    pool = _packed(ws, nodes, grants, previous)
-    if pool is None:
+    if not _packed(ws, pool, grants, previous):
         return None
     if isinstance(previous, Allocation):
         for r, c in pool.capacity.items():
@@ -412,17 +446,24 @@ def _keep(
     return _result(out, pool, kept=True)
 
 
+def _pack(pool: _Pool, ws: list[_Work], counts: Mapping[str, int]) -> bool:
+    """First-fit-decreasing of `counts` replicas onto the pool (dominant share decreasing)."""
+    for w in sorted(ws, key=lambda w: (-w.size, w.d.workload)):
+        for _ in range(counts.get(w.d.workload, 0)):
+            if not pool.place(w):
+                return False
+    return True
+
+
 def _packed(
     ws: list[_Work],
-    nodes: list[NodeState],
+    pool: _Pool,
     grants: Mapping[str, int],
     previous: Allocation | Mapping[str, int],
-) -> _Pool | None:
-    """A pool holding `grants`: the previous placement if it still fits, else FFD, else None."""
+) -> bool:
+    """Places `grants` on the empty pool: the previous placement if it still fits, else FFD."""
     by_name = {w.d.workload: w for w in ws}
-    resources = _resource_names(ws)
     if isinstance(previous, Allocation):
-        pool = _Pool(nodes, resources)
         index = {name: i for i, name in enumerate(pool.names)}
         ok = set(previous.placement) <= set(index)
         for node, on in sorted(previous.placement.items()) if ok else ():
@@ -438,20 +479,14 @@ def _packed(
             if any(n not in by_name or not pool.place_on(i, by_name[n]) for n in order):
                 ok = False
                 break
-        if ok and all(sum(p.get(n, 0) for p in pool.placed) == k for n, k in grants.items()):
-            return pool
-    pool = _Pool(nodes, resources)
-    for w in sorted(ws, key=lambda w: (-w.size, w.d.workload)):
-        for _ in range(grants[w.d.workload]):
-            if not pool.place(w):
-                return None
-    return pool
-
-
-def _resource_names(ws: list[_Work]) -> list[str]:
-    return sorted(
-        {r for w in ws for r, a in w.d.requests.items() if a > 0 and r not in dev.DEVICE_RESOURCES}
-    )
+        placed: dict[str, int] = {}
+        for on_node in pool.placed:
+            for n, k in on_node.items():
+                placed[n] = placed.get(n, 0) + k
+        if ok and all(placed.get(n, 0) == k for n, k in grants.items()):
+            return True
+        pool.reset()
+    return _pack(pool, ws, grants)
 
 
 def shortfalls(alloc: Allocation, pool: str, at: float) -> list[Shortfall]:

@@ -1,0 +1,179 @@
+"""How long one allocation of a large pool takes: 1,000 workloads on 500 GPU nodes.
+
+Each node: 96 cores, 1 TiB, 8 GPUs and 4–8 RDMA NICs over 2 NUMA nodes / 4 PCIe switches, about
+2 % of devices unhealthy and some GPUs partly taken by unmanaged pods. Workloads: CPU services,
+fractional-GPU inference, GPU+RDMA elastic training with SamePCIe / SameNUMA joint allocation, in
+5 tiers, with demand well above capacity so that floors, tiers and fair share all bind.
+
+Prints the median of a fresh allocation, of one with the previous allocation kept (hysteresis),
+of one where demand moved past the margin, and where the time goes (cProfile, top functions).
+
+    uv run python bench/allocate.py [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import statistics
+import time
+
+from governor.events import Device, NodeState
+from governor.policy import devices as dev
+from governor.policy.allocate import Demand, allocate
+
+TARGET_SECONDS = 1.0
+
+
+def make_nodes(rng: random.Random, count: int = 500) -> list[NodeState]:
+    nodes = []
+    for n in range(count):
+        devices = []
+        for minor in range(8):
+            free = 100.0 if rng.random() > 0.1 else rng.choice([0.0, 50.0])
+            devices.append(
+                Device(
+                    type="gpu",
+                    minor=minor,
+                    healthy=rng.random() > 0.02,
+                    socket=minor // 4,
+                    numa=minor // 4,
+                    pcie=f"pci{minor // 2}",
+                    free=free,
+                    total=100.0,
+                )
+            )
+        for minor in range(rng.choice([4, 4, 8])):
+            switch = minor % 4
+            devices.append(
+                Device(
+                    type="rdma",
+                    minor=minor,
+                    healthy=rng.random() > 0.02,
+                    socket=switch // 2,
+                    numa=switch // 2,
+                    pcie=f"pci{switch}",
+                    free=float(rng.choice([1, 4, 8])),
+                    total=8.0,
+                )
+            )
+        nodes.append(
+            NodeState(
+                node=f"node-{n:03d}",
+                pool="gpu",
+                allocatable={"cpu": 96.0, "memory": 1024.0 * 2**30, "pods": 110.0},
+                requested_unmanaged={
+                    "cpu": rng.uniform(0, 8),
+                    "memory": rng.uniform(0, 64) * 2**30,
+                },
+                devices=devices,
+            )
+        )
+    return nodes
+
+
+def make_demands(rng: random.Random, count: int = 1000) -> list[Demand]:
+    out = []
+    for k in range(count):
+        tier = rng.choice([0, 100, 1000, 10000, 100000])
+        kind = rng.random()
+        if kind < 0.6:  # CPU service
+            want = rng.randint(1, 60)
+            requests = {
+                "cpu": rng.choice([0.25, 0.5, 1, 2, 4]),
+                "memory": rng.choice([1, 2, 4, 8]) * 2**30,
+            }
+            joint, elastic = None, False
+        elif kind < 0.75:  # inference on a GPU share
+            want = rng.randint(1, 16)
+            requests = {
+                "cpu": 2.0,
+                "memory": 16 * 2**30,
+                dev.GPU_CORE: float(rng.choice([25, 50])),
+            }
+            joint, elastic = None, False
+        else:  # elastic training with GPUs + RDMA
+            want = rng.randint(1, 32)
+            gpus = rng.choice([1, 2, 4, 8])
+            requests = {
+                "cpu": 8.0 * gpus,
+                "memory": 64 * gpus * 2**30,
+                dev.GPU: float(gpus),
+                dev.RDMA: 1.0,
+            }
+            scope = rng.choice(["SamePCIe", "SameNUMA", None])
+            joint = {"deviceTypes": ["gpu", "rdma"]}
+            if scope:
+                joint["requiredScope"] = scope
+            elastic = True
+        out.append(
+            Demand(
+                workload=f"ns{k % 37}/Deployment/w{k:04d}",
+                want=want,
+                floor=min(want, rng.randint(0, 3)),
+                tier=tier,
+                weight=rng.choice([1.0, 1.0, 2.0, 4.0]),
+                elastic=elastic,
+                requests=requests,
+                joint_allocate=joint,
+            )
+        )
+    return out
+
+
+def timed(fn: object, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        dev.place.cache_clear()  # every evaluation pays its own placement work
+        dev.count_fit.cache_clear()
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", action="store_true", help="print the top functions")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    rng = random.Random(7)
+    nodes = make_nodes(rng)
+    demands = make_demands(rng)
+    first = allocate(demands, nodes)
+    granted = sum(first.replicas().values())
+    wanted = sum(d.want for d in demands)
+    short = sum(1 for g in first.grants.values() if g.short > 0)
+    rules: dict[str, int] = {}
+    for g in first.grants.values():
+        rules[g.rule] = rules.get(g.rule, 0) + 1
+    print(f"pool: {len(nodes)} nodes, {len(demands)} workloads, {wanted} replicas wanted")
+    print(
+        f"granted {granted} replicas; {short} workloads short; rules {dict(sorted(rules.items()))}"
+    )
+
+    moved = [
+        Demand(**{**{f: getattr(d, f) for f in d.__struct_fields__}, "want": d.want * 2})
+        for d in demands
+    ]
+    fresh = timed(lambda: allocate(demands, nodes), args.repeat)
+    kept = timed(lambda: allocate(demands, nodes, first), args.repeat)
+    assert allocate(demands, nodes, first).kept_previous
+    redo = timed(lambda: allocate(moved, nodes, first), args.repeat)
+    for name, secs in (("fresh", fresh), ("previous kept", kept), ("demand moved", redo)):
+        print(
+            f"{name:>14}: {secs * 1000:7.1f} ms per evaluation ({secs / TARGET_SECONDS:.2f}× the 1 s target)"
+        )
+    if args.profile:
+        dev.place.cache_clear()
+        prof = cProfile.Profile()
+        prof.enable()
+        allocate(demands, nodes)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+if __name__ == "__main__":
+    main()
