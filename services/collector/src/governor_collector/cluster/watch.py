@@ -21,9 +21,10 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 import msgspec
-from governor.kube import KubeError
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
+
+from governor.kube import KubeError
 
 log = logging.getLogger("governor.collector.cluster.watch")
 
@@ -121,7 +122,7 @@ class Reflector(Generic[T]):
 
     # --- HTTP ---------------------------------------------------------------------------------
 
-    async def _open(self, query: list[tuple[str, str]], timeout: aiohttp.ClientTimeout) -> Any:
+    async def _open(self, query: list[tuple[str, str]], limits: aiohttp.ClientTimeout) -> Any:
         try:
             resp = await self.api.call_api(
                 self.path,
@@ -130,7 +131,7 @@ class Reflector(Generic[T]):
                 header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=timeout,
+                _request_timeout=limits,
             )
         except ApiException as e:
             raise KubeError(int(e.status or 0), str(e.reason or ""), str(e.body or e)) from e

@@ -1,0 +1,314 @@
+"""The cluster side of the collector: Kubernetes watches in, compacted topics out.
+
+    ScalingPolicy ─┐                                   ┌─► governor.policies  (PolicyRecord)
+    targets ───────┤                                   │
+    Pod, Node ─────┼─► Reflectors ─► ClusterModel ─────┼─► governor.workloads (WorkloadState)
+    Device ────────┤   (list+watch)  (pure compute,    │
+    PriorityClass ─┘                  last published)  └─► governor.cluster   (NodeState)
+
+Volume: one message per change, never per resync or restart. Events only mark what they touch
+dirty; a flush runs `coalesce_s` (200 ms) after the first event of a burst and publishes each key
+whose content differs from its last published value (timestamps aside). So a key gets at most one
+message per flush, whatever the churn, and a resync (`resync_s`, a full recompute from the
+watches' caches) publishes nothing unless something was missed. At start the last published
+values are read back from the compacted topics, so a restart publishes only what changed while
+the collector was down, including tombstones for what disappeared.
+
+Target kinds (Deployment, StatefulSet, PyTorchJob, Volcano Job, any scalable CRD) are watched
+cluster-wide once a valid policy names them; a kind the API server does not serve is retried.
+Run one instance per cluster (it is the only writer of these topics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import msgspec
+from aiokafka.errors import KafkaError
+from prometheus_client import Counter
+
+from governor import bus
+from governor.events import CLUSTER, POLICIES, WORKLOADS, Topic
+from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
+from governor.kube import Kube, KubeError, connect
+from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
+from governor_collector.cluster.watch import Reflector
+
+log = logging.getLogger("governor.collector.cluster")
+
+MESSAGES = Counter(
+    "governor_collector_cluster_messages_total",
+    "Messages published by the cluster side, by topic and kind (update, tombstone).",
+    ["topic", "kind"],
+)
+
+POLICY_API = "governor.dev/v1alpha1"
+DEVICE_API = "scheduling.koordinator.sh/v1alpha1"
+
+
+class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Configuration (env `GOVERNOR_CLUSTER_COLLECTOR_<FIELD>`, or the file named by
+    `GOVERNOR_CLUSTER_COLLECTOR_CONFIG`)."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    kubeconfig: str | None = None  # None: in-cluster, else $KUBECONFIG / ~/.kube/config
+    coalesce_ms: int = 200
+    resync_seconds: float = 300.0
+    watch_timeout_seconds: int = 300
+    pool_label: str = POOL_LABEL
+    policies_topic: str = POLICIES.name
+    workloads_topic: str = WORKLOADS.name
+    cluster_topic: str = CLUSTER.name
+    ensure_topics: bool = True
+    startup_timeout_seconds: float = 60.0
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = None  # /metrics, /healthz, /readyz; None: no server
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.coalesce_ms < 0:
+            raise ValueError("coalesce_ms must be >= 0")
+        if self.resync_seconds <= 0:
+            raise ValueError("resync_seconds must be > 0")
+
+
+class ClusterCollector:
+    def __init__(self, settings: ClusterCollectorSettings, *, api: Any = None) -> None:
+        self.settings = settings
+        self.topics: dict[Table, Topic[Any]] = {
+            "policies": dataclasses.replace(POLICIES, name=settings.policies_topic),
+            "workloads": dataclasses.replace(WORKLOADS, name=settings.workloads_topic),
+            "cluster": dataclasses.replace(CLUSTER, name=settings.cluster_topic),
+        }
+        self.model = ClusterModel(pool_label=settings.pool_label)
+        self._api = api
+        self._own_api = api is None
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._target_reflectors: dict[GVK, Reflector[dict[str, Any]]] = {}
+        self._kube: Kube | None = None
+        self._resolving: set[GVK] = set()
+        self.producer: bus.Producer | None = None
+        self.ready = False
+        self.flushes = 0
+
+    # --- wiring -------------------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        if self.model.dirty:
+            self._wake.set()
+
+    def _reflector(self, path: str, typ: type[Any], on_change: Any, name: str) -> Reflector[Any]:
+        def callback(key: str, old: Any, new: Any) -> None:
+            on_change(key, old, new)
+            self._changed()
+
+        r: Reflector[Any] = Reflector(
+            self._api,
+            path,
+            msgspec.json.Decoder(typ),
+            callback,
+            name=name,
+            watch_timeout_s=self.settings.watch_timeout_seconds,
+        )
+        self._tasks.append(asyncio.create_task(r.run(), name=f"watch {name}"))
+        return r
+
+    def _on_policy(self, key: str, old: Any, new: Any) -> None:
+        self.model.on_policy(key, old, new)
+        self._ensure_target_watches()
+
+    def _ensure_target_watches(self) -> None:
+        for gvk in self.model.wanted_targets():
+            if gvk not in self._target_reflectors and gvk not in self._resolving:
+                self._resolving.add(gvk)
+                self._tasks.append(asyncio.create_task(self._watch_target(gvk)))
+
+    async def _watch_target(self, gvk: GVK) -> None:
+        """Find the kind's plural by discovery (retrying while it is not served), then watch it."""
+        api_version, kind = gvk
+        assert self._kube is not None
+        delay = 1.0
+        while True:
+            try:
+                res = await self._kube.resource(api_version, kind)
+                break
+            except KubeError as e:
+                if e.status == 404:
+                    self.model.set_target_status(gvk, "missing")
+                    self._changed()
+                else:
+                    log.warning("discovery of %s %s failed: %s", api_version, kind, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+        def on_change(key: str, old: Any, new: Any) -> None:
+            self.model.on_target(gvk, key, old, new)
+
+        name = f"{kind}.{api_version}"
+        r = self._reflector(f"{root}/{res.plural}", dict[str, Any], on_change, name)
+        self._target_reflectors[gvk] = r
+        self._resolving.discard(gvk)
+        await r.settled.wait()
+        self.model.set_target_status(gvk, "synced" if r.served else "missing")
+        self._changed()
+        while r.served is not True:  # not served: wait until it is
+            await r.synced.wait()
+            self.model.set_target_status(gvk, "synced")
+            self._changed()
+
+    # --- run ----------------------------------------------------------------------------------
+
+    async def _load_published(self) -> None:
+        for table, topic in self.topics.items():
+            values = await bus.read_table(self.settings.bootstrap, topic)
+            self.model.load_published(table, values)
+            log.info("read %d keys from %s", len(values), topic.name)
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        s = self.settings
+        if s.ensure_topics:
+            from governor.topics import ensure_topics
+
+            for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
+                log.info("topics: %s", line)
+        self.producer = bus.Producer(s.bootstrap, client_id="governor-cluster-collector")
+        try:
+            await self.producer.start()
+            await self._load_published()
+            if self._api is None:
+                self._api = await connect(s.kubeconfig)
+            self._kube = Kube(self._api)
+            await self._start_watches()
+            self.model.mark_all_dirty()
+            self._wake.set()
+            self.ready = True
+            self._tasks.append(asyncio.create_task(self._resync_loop(), name="resync"))
+            await self._flush_loop()
+        finally:
+            self.ready = False
+            for t in self._tasks:
+                t.cancel()
+            for t in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            self._tasks.clear()
+            with contextlib.suppress(Exception):
+                await self.producer.stop()
+            if self._own_api and self._api is not None:
+                with contextlib.suppress(Exception):
+                    await self._api.close()
+
+    async def _start_watches(self) -> None:
+        m = self.model
+        core = [
+            self._reflector("/api/v1/nodes", Node, m.on_node, "nodes"),
+            self._reflector("/api/v1/pods", Pod, m.on_pod, "pods"),
+            self._reflector(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                PriorityClass,
+                m.on_priority_class,
+                "priorityclasses",
+            ),
+            self._reflector(
+                f"/apis/{POLICY_API}/scalingpolicies",
+                dict[str, Any],
+                self._on_policy,
+                "scalingpolicies",
+            ),
+        ]
+        devices = self._reflector(
+            f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
+        )
+        timeout = self.settings.startup_timeout_seconds
+        await asyncio.wait_for(
+            asyncio.gather(*(r.settled.wait() for r in [*core, devices])), timeout
+        )
+        self.model.devices_served = bool(devices.served)
+        self._tasks.append(asyncio.create_task(self._follow_devices(devices)))
+        # the targets of the policies listed so far, before the first flush
+        self._ensure_target_watches()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.model.target_status
+            pending = [g for g in self.model.wanted_targets() if status.get(g) is None]
+            if not pending:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            log.warning("start-up: target kinds not listed in %.0fs: %s", timeout, pending)
+
+    async def _follow_devices(self, devices: Reflector[Any]) -> None:
+        """The Device CRD may be installed (or removed) after start-up."""
+        while True:
+            served = bool(devices.served)
+            if served != self.model.devices_served:
+                self.model.devices_served = served
+                self.model.mark_all_dirty()
+                self._changed()
+            await asyncio.sleep(5.0)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            self.model.mark_all_dirty()
+            self._wake.set()
+
+    async def _flush_loop(self) -> None:
+        coalesce = self.settings.coalesce_ms / 1000.0
+        backoff = 0.5
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(coalesce)
+            self._wake.clear()
+            changes = self.model.compute(time.time())
+            self.flushes += 1
+            if not changes:
+                continue
+            try:
+                await self._publish(changes)
+                backoff = 0.5
+            except (KafkaError, OSError, TimeoutError) as e:
+                log.warning(
+                    "publishing %d changes failed (%s); retrying in %.1fs", len(changes), e, backoff
+                )
+                self.model.mark_all_dirty()
+                self._wake.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _publish(self, changes: list[Change]) -> None:
+        assert self.producer is not None
+        futures: list[tuple[Change, asyncio.Future[Any]]] = []
+        for ch in changes:
+            topic = self.topics[ch.table]
+            if ch.value is None:
+                fut = await self.producer.send_raw(
+                    topic.name,
+                    None,
+                    key=ch.key.encode(),
+                    headers=bus.codec_for(topic).headers,
+                )
+            else:
+                fut = await self.producer.publish(topic, ch.value)
+            futures.append((ch, fut))
+        failed: BaseException | None = None
+        for ch, fut in futures:
+            try:
+                await fut
+            except (KafkaError, OSError, TimeoutError) as e:
+                failed = e
+                continue
+            self.model.acknowledge(ch)
+            kind = "tombstone" if ch.value is None else "update"
+            MESSAGES.labels(self.topics[ch.table].name, kind).inc()
+            log.debug("published %s %s", self.topics[ch.table].name, ch.key)
+        if failed is not None:
+            raise failed

@@ -1,0 +1,345 @@
+"""The cluster side's state, without I/O: what the watches saw, and what was last published.
+
+The reflectors feed `on_*` with every object change; `compute(now)` turns the current objects
+into the messages worth sending (one per key whose content differs from the last published value,
+tombstones for keys that are gone); the shell sends them and calls `acknowledge` for each one the
+broker acknowledged. `published` starts from the compacted topics themselves, so a restart
+publishes only what changed while the collector was down (and tombstones what went away).
+
+What each output depends on (so that `compute` only recomputes what an event can have changed):
+
+* a node's `NodeState`: the Node, its Device, the pods bound to it, and which pods are managed
+  (the selectors of all policy targets; a change of that set recomputes every node);
+* policies and workloads: always recomputed (there are few), from the ScalingPolicy objects,
+  their targets, PriorityClasses and (for readiness without a status) the targets' pods.
+
+Keys whose inputs are unknown (an invalid ScalingPolicy, a target kind whose watch has not listed
+yet, a target that cannot be read) are left alone: neither updated nor tombstoned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prometheus_client import Counter
+
+from governor.events import Event, NodeState, PolicyRecord, WorkloadState
+from governor.inventory import (
+    POOL_LABEL,
+    DeviceObject,
+    InventoryError,
+    LabelSelector,
+    Node,
+    Pod,
+    PriorityClass,
+    TargetView,
+    managed_matcher,
+    node_state,
+    policy_from_cluster,
+    policy_record,
+    selector_string,
+    target_view,
+    workload_state,
+    worth_publishing,
+)
+from governor.spec import PolicyError, ScalingPolicy
+
+log = logging.getLogger("governor.collector.cluster")
+
+INVALID_POLICIES = Counter(
+    "governor_collector_cluster_invalid_policies_total",
+    "ScalingPolicy objects rejected by governor's validation (not published).",
+)
+INPUT_PROBLEMS = Counter(
+    "governor_collector_cluster_input_problems_total",
+    "Cluster objects (quantities, annotations, targets) that could not be read, first sightings.",
+)
+
+Table = Literal["policies", "workloads", "cluster"]
+TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster")
+GVK = tuple[str, str]  # (apiVersion, kind) of a target
+TargetStatus = Literal["pending", "synced", "missing"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One message to send: `value` None is a tombstone."""
+
+    table: Table
+    key: str
+    value: Event | None
+
+
+class ClusterModel:
+    def __init__(self, *, pool_label: str = POOL_LABEL, max_problems_remembered: int = 10_000):
+        self.pool_label = pool_label
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}
+        self.devices: dict[str, DeviceObject] = {}
+        self.devices_served = False
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.classes: dict[str, PriorityClass] = {}
+        self.targets: dict[GVK, dict[str, dict[str, Any]]] = {}
+        self.target_status: dict[GVK, TargetStatus] = {}
+        self.pods_by_node: dict[str, set[str]] = {}
+        self.pods_by_ns: dict[str, set[str]] = {}
+        self.published: dict[Table, dict[str, Event]] = {t: {} for t in TABLES}
+        self.dirty_nodes: set[str] = set()
+        self.all_dirty = True
+        self.dirty = True
+        self._selectors: frozenset[tuple[str, str]] | None = None
+        self._policy_cache: dict[str, tuple[str, ScalingPolicy | PolicyError]] = {}
+        self._seen_problems: set[str] = set()
+        self._max_problems = max_problems_remembered
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def load_published(self, table: Table, values: Mapping[str, Event]) -> None:
+        """What the topic holds already (read at start-up)."""
+        self.published[table] = dict(values)
+        self.mark_all_dirty()
+
+    def mark_all_dirty(self) -> None:
+        self.all_dirty = True
+        self.dirty = True
+
+    def on_node(self, key: str, old: Node | None, new: Node | None) -> None:
+        if new is None:
+            self.nodes.pop(key, None)
+        else:
+            self.nodes[key] = new
+        self.dirty_nodes.add(key)
+        self.dirty = True
+
+    def on_device(self, key: str, old: DeviceObject | None, new: DeviceObject | None) -> None:
+        if new is None:
+            self.devices.pop(key, None)
+        else:
+            self.devices[key] = new
+        self.dirty_nodes.add(key)  # a Device is named after its node
+        self.dirty = True
+
+    def on_pod(self, key: str, old: Pod | None, new: Pod | None) -> None:
+        if old is not None:
+            self._unindex(key, old)
+            if old.spec.node_name:
+                self.dirty_nodes.add(old.spec.node_name)
+        if new is None:
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = new
+            self.pods_by_ns.setdefault(new.metadata.namespace, set()).add(key)
+            if new.spec.node_name:
+                self.pods_by_node.setdefault(new.spec.node_name, set()).add(key)
+                self.dirty_nodes.add(new.spec.node_name)
+        self.dirty = True
+
+    def _unindex(self, key: str, pod: Pod) -> None:
+        ns = self.pods_by_ns.get(pod.metadata.namespace)
+        if ns is not None:
+            ns.discard(key)
+            if not ns:
+                del self.pods_by_ns[pod.metadata.namespace]
+        if pod.spec.node_name:
+            on = self.pods_by_node.get(pod.spec.node_name)
+            if on is not None:
+                on.discard(key)
+                if not on:
+                    del self.pods_by_node[pod.spec.node_name]
+
+    def on_policy(self, key: str, old: Any, new: dict[str, Any] | None) -> None:
+        if new is None:
+            self.policies.pop(key, None)
+            self._policy_cache.pop(key, None)
+        else:
+            self.policies[key] = new
+        self.dirty = True
+
+    def on_priority_class(
+        self, key: str, old: PriorityClass | None, new: PriorityClass | None
+    ) -> None:
+        if new is None:
+            self.classes.pop(key, None)
+        else:
+            self.classes[key] = new
+        self.dirty = True
+
+    def on_target(self, gvk: GVK, key: str, old: Any, new: dict[str, Any] | None) -> None:
+        objs = self.targets.setdefault(gvk, {})
+        if new is None:
+            objs.pop(key, None)
+        else:
+            objs[key] = new
+        self.dirty = True
+
+    def set_target_status(self, gvk: GVK, status: TargetStatus) -> None:
+        if self.target_status.get(gvk) != status:
+            self.target_status[gvk] = status
+            self.dirty = True
+
+    # --- policies -----------------------------------------------------------------------------
+
+    def _problem(self, text: str) -> None:
+        if text in self._seen_problems:
+            return
+        if len(self._seen_problems) >= self._max_problems:
+            self._seen_problems.clear()
+        self._seen_problems.add(text)
+        INPUT_PROBLEMS.inc()
+        log.warning("cluster input problem: %s", text)
+
+    def policy(self, key: str) -> ScalingPolicy | None:
+        """The validated policy of a ScalingPolicy object (None if invalid; logged and counted
+        once per resourceVersion)."""
+        obj = self.policies.get(key)
+        if obj is None:
+            return None
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        cached = self._policy_cache.get(key)
+        if cached is None or cached[0] != rv or not rv:
+            try:
+                result: ScalingPolicy | PolicyError = policy_from_cluster(obj)
+            except PolicyError as e:
+                result = e
+                INVALID_POLICIES.inc()
+                log.warning(
+                    "invalid ScalingPolicy %s (not published): %s",
+                    key,
+                    e,
+                    extra={"policy": key},
+                )
+            cached = (rv, result)
+            self._policy_cache[key] = cached
+        return cached[1] if isinstance(cached[1], ScalingPolicy) else None
+
+    def wanted_targets(self) -> set[GVK]:
+        """(apiVersion, kind) of every valid policy's target: the kinds to watch."""
+        out: set[GVK] = set()
+        for key in self.policies:
+            p = self.policy(key)
+            if p is not None:
+                out.add((p.spec.target_ref.api_version, p.spec.target_ref.kind))
+        return out
+
+    def _view(self, p: ScalingPolicy) -> TargetView | Literal["unknown"] | None:
+        """The target's view; None if it does not exist; "unknown" if we cannot tell yet."""
+        ref = p.spec.target_ref
+        gvk = (ref.api_version, ref.kind)
+        status = self.target_status.get(gvk, "pending")
+        if status == "pending":
+            return "unknown"
+        if status == "missing":
+            return None
+        obj = self.targets.get(gvk, {}).get(f"{p.metadata.namespace}/{ref.name}")
+        if obj is None:
+            return None
+        try:
+            return target_view(p, obj)
+        except InventoryError as e:
+            self._problem(str(e))
+            return "unknown"
+
+    def _ns_pods(self, namespace: str) -> list[Pod]:
+        return [self.pods[k] for k in self.pods_by_ns.get(namespace, ())]
+
+    # --- compute ------------------------------------------------------------------------------
+
+    def compute(self, now: float) -> list[Change]:
+        """Every message worth sending now (see the module docstring)."""
+        self.dirty = False
+        changes: list[Change] = []
+        policy_out: dict[str, Event] = {}
+        workload_out: dict[str, Event] = {}
+        keep_policies: set[str] = set()  # unknown: neither update nor tombstone
+        keep_workloads: set[str] = set()
+        selectors: dict[tuple[str, str], LabelSelector] = {}
+        for key in sorted(self.policies):
+            p = self.policy(key)
+            if p is None:
+                keep_policies.add(key)
+                continue
+            view = self._view(p)
+            if view == "unknown":
+                keep_policies.add(key)
+                keep_workloads.add(p.workload)
+                continue
+            try:
+                policy_out[key] = policy_record(self.policies[key], view, self.classes, now)
+            except PolicyError:  # validated above; the cache says valid
+                keep_policies.add(key)
+                continue
+            if view is None:
+                continue
+            if view.selector is not None:
+                selectors[(p.metadata.namespace, selector_string(view.selector))] = view.selector
+            if p.workload in workload_out:
+                self._problem(f"{p.workload} is the target of several policies; using the first")
+                continue
+            state, problems = workload_state(p, view, self._ns_pods(p.metadata.namespace), now)
+            for text in problems:
+                self._problem(text)
+            workload_out[p.workload] = state
+        changes += self._diff("policies", policy_out, keep_policies, full=True)
+        changes += self._diff("workloads", workload_out, keep_workloads, full=True)
+
+        sel_key = frozenset(selectors)
+        if sel_key != self._selectors:
+            self._selectors = sel_key
+            self.all_dirty = True
+        managed = managed_matcher((ns, sel) for (ns, _), sel in selectors.items())
+        names: Iterable[str]
+        if self.all_dirty:
+            names = set(self.nodes) | set(self.published["cluster"])
+        else:
+            names = self.dirty_nodes
+        node_out: dict[str, Event] = {}
+        for name in sorted(names):
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            pods = [self.pods[k] for k in self.pods_by_node.get(name, ())]
+            nstate, problems = node_state(
+                node,
+                pods,
+                self.devices.get(name) if self.devices_served else None,
+                managed,
+                now,
+                pool_label=self.pool_label,
+            )
+            for text in problems:
+                self._problem(text)
+            node_out[name] = nstate
+        changes += self._diff("cluster", node_out, set(), full=False, considered=set(names))
+        self.dirty_nodes.clear()
+        self.all_dirty = False
+        return changes
+
+    def _diff(
+        self,
+        table: Table,
+        wanted: Mapping[str, Event],
+        keep: set[str],
+        *,
+        full: bool,
+        considered: set[str] | None = None,
+    ) -> list[Change]:
+        last = self.published[table]
+        out = [Change(table, k, v) for k, v in wanted.items() if worth_publishing(last.get(k), v)]
+        scope = last.keys() if full else (considered or set())
+        gone = [k for k in sorted(scope) if k in last and k not in wanted and k not in keep]
+        out += [Change(table, k, None) for k in gone]
+        return out
+
+    def acknowledge(self, change: Change) -> None:
+        """The broker has the message: it is now the last published value of its key."""
+        if change.value is None:
+            self.published[change.table].pop(change.key, None)
+        else:
+            self.published[change.table][change.key] = change.value
+
+
+def published_types() -> dict[Table, type[Event]]:
+    return {"policies": PolicyRecord, "workloads": WorkloadState, "cluster": NodeState}
