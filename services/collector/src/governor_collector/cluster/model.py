@@ -14,7 +14,9 @@ What each output depends on (so that `compute` only recomputes what an event can
   their targets, PriorityClasses and (for readiness without a status) the targets' pods.
 
 Keys whose inputs are unknown (an invalid ScalingPolicy, a target kind whose watch has not listed
-yet, a target that cannot be read) are left alone: neither updated nor tombstoned.
+yet, a target that cannot be read) are left alone: neither updated nor tombstoned. An invalid
+update of a policy keeps its last valid version in force (its workload and the pods it manages
+are still tracked with it); a target that cannot be read keeps its last known selector.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ class ClusterModel:
         self._selectors: frozenset[tuple[str, str]] | None = None
         self._policy_cache: dict[str, tuple[str, ScalingPolicy | PolicyError]] = {}
         self._seen_problems: set[str] = set()
+        # the last valid version of each policy, and each workload's last known pod selector
+        self._last_good: dict[str, ScalingPolicy] = {}
+        self._last_selector: dict[str, tuple[str, LabelSelector]] = {}
         self._max_problems = max_problems_remembered
 
     # --- inputs -------------------------------------------------------------------------------
@@ -154,6 +159,7 @@ class ClusterModel:
         if new is None:
             self.policies.pop(key, None)
             self._policy_cache.pop(key, None)
+            self._last_good.pop(key, None)
         else:
             self.policies[key] = new
         self.dirty = True
@@ -258,23 +264,34 @@ class ClusterModel:
         selectors: dict[tuple[str, str], LabelSelector] = {}
         for key in sorted(self.policies):
             p = self.policy(key)
-            if p is None:
+            if p is None:  # invalid now: keep what was published, go on with the last good one
                 keep_policies.add(key)
-                continue
+                p = self._last_good.get(key)
+                if p is None:
+                    continue
+                explicit_valid = False
+            else:
+                self._last_good[key] = p
+                explicit_valid = True
             view = self._view(p)
             if view == "unknown":
                 keep_policies.add(key)
                 keep_workloads.add(p.workload)
+                known = self._last_selector.get(p.workload)
+                if known is not None:
+                    selectors[(known[0], selector_string(known[1]))] = known[1]
                 continue
-            try:
-                policy_out[key] = policy_record(self.policies[key], view, self.classes, now)
-            except PolicyError:  # validated above; the cache says valid
-                keep_policies.add(key)
-                continue
+            if explicit_valid:
+                try:
+                    policy_out[key] = policy_record(self.policies[key], view, self.classes, now)
+                except PolicyError:  # validated above; the cache says valid
+                    keep_policies.add(key)
             if view is None:
+                self._last_selector.pop(p.workload, None)
                 continue
             if view.selector is not None:
                 selectors[(p.metadata.namespace, selector_string(view.selector))] = view.selector
+                self._last_selector[p.workload] = (p.metadata.namespace, view.selector)
             if p.workload in workload_out:
                 self._problem(f"{p.workload} is the target of several policies; using the first")
                 continue
