@@ -121,8 +121,10 @@ def is_volcano_job(ref: TargetRef) -> bool:
 
 
 def decision_digest(decision: ScaleDecision) -> str:
-    """A stable fingerprint of the whole decision (canonical JSON, keys sorted)."""
-    raw = msgspec.json.encode(decision, order="sorted")
+    """A stable fingerprint of the whole decision: canonical JSON (keys sorted) of the decision as
+    it reads back from the wire, so `42` and `42.0` in a float field hash the same."""
+    wire = msgspec.json.decode(msgspec.json.encode(decision), type=ScaleDecision)
+    raw = msgspec.json.encode(wire, order="sorted")
     return hashlib.sha256(raw).hexdigest()[:16]
 
 

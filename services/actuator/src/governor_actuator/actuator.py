@@ -1,0 +1,526 @@
+"""The Kubernetes side of the actuator: one ScaleDecision in, one Actuation out.
+
+Everything that decides is in `governor.policy.actuation`; this module reads what those functions
+need from the API server (the ScalingPolicy, HPAs and ScaledObjects, the target) and writes what
+they return (the fenced patch, the ScalingPolicy status, an Event). Every API call goes through
+`_call`: a client-side QPS budget (token bucket) and retries with backoff on 429, 5xx and no
+answer (honouring Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from prometheus_client import Counter, Histogram
+
+from governor.events import Actuation, ActuationOutcome, ScaleDecision
+from governor.kube import Kube, KubeError
+from governor.policy import actuation as core
+from governor.spec import PolicyError, ScalingPolicy, policy_from_obj
+from governor_actuator.config import ActuatorSettings
+
+log = logging.getLogger("governor.actuator")
+
+T = TypeVar("T")
+
+POLICY_API = "governor.dev/v1alpha1"
+POLICY_PLURAL = "scalingpolicies"
+
+ACTUATIONS = Counter(
+    "governor_actuator_actuations",
+    "Decisions handled, by outcome (applied, noop, refused, failed, dry_run) and reason "
+    "(the refusal code, the failure, or the decision's binding rule).",
+    ["outcome", "reason"],
+)
+DECISION_TO_PATCH = Histogram(
+    "governor_actuator_decision_to_patch_seconds",
+    "From the decision's decided_at to the API server's answer to its patch.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+KUBE_ERRORS = Counter(
+    "governor_actuator_kube_errors",
+    "API server errors by HTTP status (0: no answer), including the ones retried.",
+    ["code"],
+)
+
+# Kinds whose replicas live at /spec/replicas (no CRD to read).
+BUILTIN_SCALABLE = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")}
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Entry:
+    __slots__ = ("at", "value")
+
+    def __init__(self, at: float, value: Any) -> None:
+        self.at, self.value = at, value
+
+
+class Actuator:
+    """Applies decisions to the API server. `handle` never raises for a bad decision or an API
+    failure: the outcome is in the returned Actuation."""
+
+    def __init__(self, kube: Kube, settings: ActuatorSettings) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.rules = settings.rules()
+        self._bucket = core.TokenBucket(settings.qps, settings.burst, time.monotonic())
+        self._bucket_lock = asyncio.Lock()
+        self._policies: dict[str, _Entry] = {}  # ns/name -> ScalingPolicy | PolicyError | None
+        self._policy_lists: dict[str, _Entry] = {}  # ns -> {workload: ns/name}
+        self._status: dict[str, dict[str, Any]] = {}  # ns/name -> last known status
+        self._owners: dict[str, _Entry] = {}  # ns -> (hpas, scaled_objects)
+        self._pointers: dict[tuple[str, str], str] = {}
+        self._instance = socket.gethostname()
+
+    # --- API calls with a budget and retries --------------------------------------------------
+
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            async with self._bucket_lock:
+                wait = self._bucket.reserve(time.monotonic())
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                return await fn()
+            except KubeError as e:
+                KUBE_ERRORS.labels(str(e.status)).inc()
+                if not e.retryable or attempt > self.settings.max_retries:
+                    raise
+                delay = core.backoff_seconds(attempt, e.retry_after)
+                log.warning(
+                    "%s: %s %s; retry %d in %.2fs", what, e.status, e.reason, attempt, delay
+                )
+                await asyncio.sleep(delay)
+
+    # --- reads (cached) ---------------------------------------------------------------------
+
+    async def _policy(self, decision: ScaleDecision) -> ScalingPolicy | PolicyError | None:
+        wid = core.parse_workload(decision.workload)
+        assert wid is not None  # precheck passed
+        key = decision.policy
+        if not key:
+            key = await self._policy_key_for(wid.namespace, decision.workload) or ""
+            if not key:
+                return None
+        now = time.monotonic()
+        hit = self._policies.get(key)
+        if hit is not None and now - hit.at < self.settings.policy_ttl_seconds:
+            value: ScalingPolicy | PolicyError | None = hit.value
+            return value
+        ns, _, name = key.partition("/")
+        try:
+            obj = await self._call(
+                f"get ScalingPolicy {key}",
+                lambda: self.kube.get(POLICY_API, POLICY_PLURAL, name, namespace=ns),
+            )
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            self._policies[key] = _Entry(now, None)
+            return None
+        try:
+            value = policy_from_obj(obj)
+        except PolicyError as err:
+            value = err
+        self._policies[key] = _Entry(now, value)
+        self._status[key] = dict(obj.get("status") or {})
+        return value
+
+    async def _policy_key_for(self, namespace: str, workload: str) -> str | None:
+        now = time.monotonic()
+        hit = self._policy_lists.get(namespace)
+        if hit is None or now - hit.at >= self.settings.policy_ttl_seconds:
+            items = await self._call(
+                f"list ScalingPolicies in {namespace}",
+                lambda: self.kube.list_objects(POLICY_API, POLICY_PLURAL, namespace=namespace),
+            )
+            index: dict[str, str] = {}
+            for obj in items:
+                meta = obj.get("metadata") or {}
+                ref = (obj.get("spec") or {}).get("targetRef") or {}
+                wl = f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}"
+                index.setdefault(wl, f"{meta.get('namespace')}/{meta.get('name')}")
+            hit = self._policy_lists[namespace] = _Entry(now, index)
+        found: str | None = hit.value.get(workload)
+        return found
+
+    async def _owners_of(self, namespace: str) -> tuple[list[Any], list[Any]]:
+        now = time.monotonic()
+        hit = self._owners.get(namespace)
+        if hit is not None and now - hit.at < self.settings.owner_ttl_seconds:
+            owners: tuple[list[Any], list[Any]] = hit.value
+            return owners
+        hpas = await self._call(
+            f"list HPAs in {namespace}",
+            lambda: self.kube.list_objects(
+                "autoscaling/v2", "horizontalpodautoscalers", namespace=namespace
+            ),
+        )
+        try:
+            sos = await self._call(
+                f"list ScaledObjects in {namespace}",
+                lambda: self.kube.list_objects(
+                    "keda.sh/v1alpha1", "scaledobjects", namespace=namespace
+                ),
+            )
+        except KubeError as e:
+            if not e.not_found:  # 404: KEDA is not installed
+                raise
+            sos = []
+        owners = (hpas, sos)
+        self._owners[namespace] = _Entry(now, owners)
+        return owners
+
+    async def _replicas_pointer(self, policy: ScalingPolicy, plural: str) -> str | None:
+        ref = policy.spec.target_ref
+        if ref.spec_replicas_path:
+            return core.to_pointer(ref.spec_replicas_path)
+        group = core.api_group(ref.api_version)
+        if (group, ref.kind) in BUILTIN_SCALABLE:
+            return "/spec/replicas"
+        key = (group, plural)
+        if key not in self._pointers:
+            scale = await self._call(
+                f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
+            )
+            if scale is None:
+                return None
+            self._pointers[key] = core.to_pointer(scale.spec_replicas_path)
+        return self._pointers[key]
+
+    # --- the decision ------------------------------------------------------------------------
+
+    async def handle(self, decision: ScaleDecision) -> Actuation:
+        try:
+            return await self._handle(decision)
+        except KubeError as e:
+            return await self._finish(
+                decision,
+                None,
+                None,
+                "failed",
+                f"kube_error: {e}",
+                None,
+                None,
+                code=f"kube_{e.status}",
+            )
+        except Exception as e:  # a bug must not wedge the partition; it is recorded
+            log.exception("actuator bug on %s", decision.decision_id)
+            return await self._finish(
+                decision,
+                None,
+                None,
+                "failed",
+                f"internal: {type(e).__name__}: {e}",
+                None,
+                None,
+                code="internal",
+            )
+
+    async def _handle(self, decision: ScaleDecision) -> Actuation:
+        early = core.precheck(decision, self.rules)
+        if early is not None:
+            return await self._refused(decision, None, None, early, notify=False)
+        policy = await self._policy(decision)
+        if isinstance(policy, PolicyError):
+            refusal = core.Refusal("invalid_policy", f"ScalingPolicy {decision.policy}: {policy}")
+            return await self._refused(decision, None, None, refusal, notify=False)
+        admitted = core.admit(decision, policy, self.rules)
+        if admitted is not None:
+            return await self._refused(decision, policy, None, admitted)
+        assert policy is not None
+        ref = policy.spec.target_ref
+        hpas, sos = await self._owners_of(policy.metadata.namespace)
+        owned = core.other_owners(ref, hpas, sos)
+        if owned is not None:
+            return await self._refused(decision, policy, None, owned)
+        res = await self._call(
+            f"discover {ref.kind}", lambda: self.kube.resource(ref.api_version, ref.kind)
+        )
+        pointer = None
+        if not core.is_volcano_job(ref):
+            pointer = await self._replicas_pointer(policy, res.plural)
+            if pointer is None:
+                no_scale = core.Refusal(
+                    "invalid_policy",
+                    f"{core.kind_key(ref.kind, ref.api_version)} has no scale subresource; "
+                    "set targetRef.specReplicasPath",
+                )
+                return await self._refused(decision, policy, None, no_scale)
+        ns = policy.metadata.namespace
+        digest = core.decision_digest(decision)
+        for attempt in range(1, self.settings.fence_attempts + 1):
+            try:
+                obj = await self._call(
+                    f"get {decision.workload}",
+                    lambda: self.kube.get(ref.api_version, res.plural, ref.name, namespace=ns),
+                )
+            except KubeError as e:
+                if e.not_found:
+                    missing = core.Refusal("target_not_found", f"{decision.workload} not found")
+                    return await self._refused(decision, policy, None, missing)
+                raise
+            state = core.read_target(obj, ref, pointer)
+            if isinstance(state, core.Refusal):
+                return await self._refused(decision, policy, None, state, obj=obj)
+            planned = core.plan(decision, policy, state, digest=digest)
+            if isinstance(planned, core.Refusal):
+                return await self._refused(decision, policy, state, planned, obj=obj)
+            ops = planned.patch
+            try:
+                result = await self._call(
+                    f"patch {decision.workload}",
+                    lambda: self.kube.json_patch(
+                        ref.api_version,
+                        res.plural,
+                        ref.name,
+                        ops,  # noqa: B023 - awaited before the loop moves on
+                        namespace=ns,
+                        dry_run=self.settings.dry_run,
+                        field_manager=self.settings.field_manager,
+                    ),
+                )
+            except KubeError as e:
+                if _fence_lost(e) and attempt < self.settings.fence_attempts:
+                    log.info(
+                        "fence moved under %s (attempt %d): re-reading",
+                        decision.workload,
+                        attempt,
+                        extra={"workload": decision.workload, "decision_id": decision.decision_id},
+                    )
+                    continue
+                if _fence_lost(e):
+                    raise
+                if e.status in (400, 403, 422):  # the API server or RBAC said no: not retryable
+                    return await self._finish(
+                        decision,
+                        policy,
+                        state,
+                        "failed",
+                        f"rejected: {e}",
+                        obj,
+                        None,
+                        code=f"kube_{e.status}",
+                    )
+                raise
+            DECISION_TO_PATCH.observe(max(0.0, time.time() - decision.decided_at))
+            if self.settings.dry_run:
+                outcome: ActuationOutcome = "dry_run"
+            else:
+                outcome = "applied" if planned.changes_replicas else "noop"
+            text = core.reason_text(decision.reasons)
+            if outcome == "noop":
+                text = f"replicas already {decision.to_replicas}; {text}"
+            return await self._finish(
+                decision, policy, state, outcome, text, obj, result, plan=planned
+            )
+        raise KubeError(409, "Conflict", f"fence kept moving under {decision.workload}") from None
+
+    # --- outputs -----------------------------------------------------------------------------
+
+    async def _refused(
+        self,
+        decision: ScaleDecision,
+        policy: ScalingPolicy | None,
+        state: core.TargetState | None,
+        refusal: core.Refusal,
+        *,
+        notify: bool = True,
+        obj: dict[str, Any] | None = None,
+    ) -> Actuation:
+        quiet = refusal.code in core.QUIET_REFUSALS or not notify
+        return await self._finish(
+            decision,
+            policy,
+            state,
+            "refused",
+            refusal.reason,
+            obj,
+            None,
+            code=refusal.code,
+            quiet=quiet,
+        )
+
+    async def _finish(
+        self,
+        decision: ScaleDecision,
+        policy: ScalingPolicy | None,
+        state: core.TargetState | None,
+        outcome: ActuationOutcome,
+        reason: str,
+        obj: dict[str, Any] | None,
+        result: dict[str, Any] | None,
+        *,
+        code: str | None = None,
+        quiet: bool = False,
+        plan: core.Plan | None = None,
+    ) -> Actuation:
+        if code is None:
+            code = decision.reasons[0].rule if decision.reasons else "unspecified"
+        ACTUATIONS.labels(outcome, code).inc()
+        rv = None
+        if result is not None:
+            rv = (result.get("metadata") or {}).get("resourceVersion")
+        elif obj is not None:
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+        from_replicas = state.replicas if state is not None else decision.from_replicas
+        actuation = Actuation(
+            decision_id=decision.decision_id,
+            workload=decision.workload,
+            seq=decision.seq,
+            outcome=outcome,
+            reason=reason,
+            from_replicas=from_replicas,
+            to_replicas=decision.to_replicas,
+            at=time.time(),
+            resource_version=rv,
+        )
+        level = logging.INFO if outcome in ("applied", "noop", "dry_run") else logging.WARNING
+        if quiet:
+            level = logging.INFO
+        log.log(
+            level,
+            "%s %s seq %d: %s",
+            outcome,
+            decision.workload,
+            decision.seq,
+            reason,
+            extra={
+                "workload": decision.workload,
+                "decision_id": decision.decision_id,
+                "seq": decision.seq,
+                "outcome": outcome,
+                "code": code,
+                "from": from_replicas,
+                "to": decision.to_replicas,
+            },
+        )
+        if outcome == "dry_run" or quiet:
+            return actuation
+        if policy is not None and self.settings.write_status:
+            await self._write_status(policy, decision, outcome, reason, from_replicas)
+        if self.settings.events and policy is not None:
+            await self._event(policy, decision, outcome, reason, obj, result)
+        return actuation
+
+    async def _write_status(
+        self,
+        policy: ScalingPolicy,
+        decision: ScaleDecision,
+        outcome: ActuationOutcome,
+        reason: str,
+        current: int | None,
+    ) -> None:
+        key = policy.key
+        status = core.policy_status(
+            self._status.get(key),
+            policy=policy,
+            decision=decision,
+            outcome=outcome,
+            reason=reason,
+            current_replicas=current,
+            now=_now_iso(),
+        )
+        try:
+            out = await self._call(
+                f"status of {key}",
+                lambda: self.kube.merge_patch(
+                    POLICY_API,
+                    POLICY_PLURAL,
+                    policy.metadata.name,
+                    {"status": status},
+                    namespace=policy.metadata.namespace,
+                    subresource="status",
+                    field_manager=self.settings.field_manager,
+                ),
+            )
+            self._status[key] = dict(out.get("status") or status)
+        except KubeError as e:
+            log.warning(
+                "status of ScalingPolicy %s not written: %s",
+                key,
+                e,
+                extra={"workload": decision.workload, "decision_id": decision.decision_id},
+            )
+
+    async def _event(
+        self,
+        policy: ScalingPolicy,
+        decision: ScaleDecision,
+        outcome: ActuationOutcome,
+        reason: str,
+        obj: dict[str, Any] | None,
+        result: dict[str, Any] | None,
+    ) -> None:
+        ref = policy.spec.target_ref
+        ns = policy.metadata.namespace
+        meta = (result or obj or {}).get("metadata") or {}
+        involved: dict[str, Any] = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "name": ref.name,
+            "namespace": ns,
+        }
+        if meta.get("uid"):
+            involved["uid"] = meta["uid"]
+        if outcome == "applied":
+            event_reason, kind = "GovernorScaled", "Normal"
+            message = (
+                f"scaled {decision.from_replicas}->{decision.to_replicas} "
+                f"(seq {decision.seq}, {decision.decision_id}): {reason}"
+            )
+        elif outcome == "noop":
+            event_reason, kind = "GovernorUnchanged", "Normal"
+            message = f"seq {decision.seq} ({decision.decision_id}): {reason}"
+        elif outcome == "refused":
+            event_reason, kind = "GovernorRefused", "Warning"
+            message = f"refused seq {decision.seq} ({decision.decision_id}): {reason}"
+        else:
+            event_reason, kind = "GovernorFailed", "Warning"
+            message = f"seq {decision.seq} ({decision.decision_id}) failed: {reason}"
+        now = _now_iso()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.", "namespace": ns},
+            "involvedObject": involved,
+            "reason": event_reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": "governor-actuator"},
+            "reportingComponent": "governor.dev/actuator",
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._call(
+                f"event on {decision.workload}",
+                lambda: self.kube.create("v1", "events", body, namespace=ns),
+            )
+        except KubeError as e:
+            log.warning(
+                "event on %s not created: %s",
+                decision.workload,
+                e,
+                extra={"workload": decision.workload, "decision_id": decision.decision_id},
+            )
+
+
+def _fence_lost(e: KubeError) -> bool:
+    """A failed JSON patch `test` (422) or a write conflict (409): another writer moved first."""
+    if e.status == 409:
+        return True
+    return e.status == 422 and "test" in e.message.lower() and "fail" in e.message.lower()

@@ -1,0 +1,74 @@
+"""The actuator's configuration: defaults, then the file in `GOVERNOR_ACTUATOR_CONFIG` (or
+`--config`), then `GOVERNOR_ACTUATOR_<FIELD>` variables (see governor.settings).
+
+Example (deploy/k8s/base/config/actuator.yaml)::
+
+    allowed_namespaces: [default, ml]
+    allowed_kinds: [Deployment.apps, StatefulSet.apps, Job.batch.volcano.sh,
+                    PyTorchJob.kubeflow.org]
+    dry_run: false
+    kafka: {bootstrap: "kafka.governor-system:9092"}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from governor.policy.actuation import ActuatorRules
+from governor.settings import KafkaSettings, load_settings
+
+PREFIX = "GOVERNOR_ACTUATOR"
+
+DEFAULT_KINDS = [
+    "Deployment.apps",
+    "StatefulSet.apps",
+    "Job.batch.volcano.sh",
+    "PyTorchJob.kubeflow.org",
+]
+
+
+class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    host: str = "0.0.0.0"
+    port: int = 8080
+
+
+class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
+    group_id: str = "governor-actuator"
+    decisions_topic: str = "governor.decisions"
+    actuations_topic: str = "governor.actuations"
+    # None: in-cluster ServiceAccount, else $KUBECONFIG / ~/.kube/config.
+    kubeconfig: str | None = None
+    # Namespaces the actuator may write to ("*": all; RBAC still applies). Empty: none.
+    allowed_namespaces: list[str] = msgspec.field(default_factory=list)
+    # Target kinds as Kind.group.
+    allowed_kinds: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_KINDS))
+    # Server-side dry run: patches are validated by the API server but not persisted.
+    dry_run: bool = False
+    # Client-side QPS budget for all API calls, and retries on 429/5xx/no answer.
+    qps: float = 50.0
+    burst: int = 100
+    max_retries: int = 5
+    request_timeout_seconds: float = 15.0
+    # How long a ScalingPolicy and a namespace's HPA/ScaledObject lists are reused.
+    policy_ttl_seconds: float = 5.0
+    owner_ttl_seconds: float = 5.0
+    # Attempts when the fence's `test` fails (another writer moved the seq in between).
+    fence_attempts: int = 3
+    events: bool = True
+    write_status: bool = True
+    field_manager: str = "governor-actuator"
+    http: HttpSettings = msgspec.field(default_factory=HttpSettings)
+    log_level: str = "INFO"
+
+    def rules(self) -> ActuatorRules:
+        return ActuatorRules(
+            allowed_namespaces=frozenset(self.allowed_namespaces),
+            allowed_kinds=frozenset(self.allowed_kinds),
+        )
+
+
+def load(file: Path | None = None) -> ActuatorSettings:
+    return load_settings(ActuatorSettings, PREFIX, file=file)

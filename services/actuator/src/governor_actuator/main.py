@@ -1,0 +1,173 @@
+"""governor-actuator: consume governor.decisions, patch Kubernetes, publish governor.actuations.
+
+    governor-actuator [--config FILE]      (or GOVERNOR_ACTUATOR_CONFIG=FILE)
+
+Per partition, a fetched batch is grouped by workload: one workload's decisions run in offset
+order, different workloads concurrently. Offsets are committed after the batch's Actuation
+records were acknowledged by Kafka (at-least-once; replays are refused as stale by the fence).
+SIGTERM/SIGINT: finish the batch in hand, commit, flush, close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import signal
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from governor import bus
+from governor.events import ACTUATIONS, DECISIONS, Actuation, ScaleDecision, Topic
+from governor.kube import Kube, KubeError, connect
+from governor.settings import ConfigError
+from governor.telemetry import HealthServer, configure_logging
+from governor_actuator.actuator import Actuator
+from governor_actuator.config import ActuatorSettings, load
+
+log = logging.getLogger("governor.actuator")
+
+
+class Service:
+    """The actuator process: Kafka in, Kubernetes, Kafka out."""
+
+    def __init__(self, settings: ActuatorSettings) -> None:
+        self.settings = settings
+        self.decisions: Topic[ScaleDecision] = dataclasses.replace(
+            DECISIONS, name=settings.decisions_topic
+        )
+        self.actuations: Topic[Actuation] = dataclasses.replace(
+            ACTUATIONS, name=settings.actuations_topic
+        )
+        self._api: Any = None
+        self.actuator: Actuator | None = None
+        self.producer: bus.Producer | None = None
+        self.consumer: bus.Consumer | None = None
+        self.health: HealthServer | None = None
+        self._kube_ok = False
+        self._stopped = asyncio.Event()
+
+    def ready(self) -> bool:
+        return bool(
+            self._kube_ok
+            and self.producer is not None
+            and self.producer.ready
+            and self.consumer is not None
+            and self.consumer.ready
+        )
+
+    async def start(self) -> None:
+        s = self.settings
+        self.health = HealthServer(s.http.host, s.http.port, self.ready)
+        port = await self.health.start()
+        self._api = await connect(s.kubeconfig)
+        kube = Kube(self._api, timeout_s=s.request_timeout_seconds)
+        try:
+            await kube.request("GET", "/version")
+            self._kube_ok = True
+        except KubeError as e:
+            log.warning("API server not answering yet: %s", e)
+        self.actuator = Actuator(kube, s)
+        self.producer = bus.Producer(s.kafka.bootstrap, client_id=f"{s.kafka.client_id}-actuator")
+        await self.producer.start()
+        self.consumer = bus.Consumer(
+            s.kafka.bootstrap,
+            [self.decisions],
+            group_id=s.group_id,
+            client_id=f"{s.kafka.client_id}-actuator",
+            dlq_producer=self.producer,
+        )
+        await self.consumer.start()
+        log.info(
+            "actuator started: %s -> %s, namespaces %s, kinds %s, dry_run=%s, http :%d",
+            s.decisions_topic,
+            s.actuations_topic,
+            sorted(s.allowed_namespaces),
+            sorted(s.allowed_kinds),
+            s.dry_run,
+            port,
+        )
+
+    async def handle_batch(self, messages: list[bus.Message[Any]]) -> None:
+        """One partition's batch: per workload in order, workloads concurrently."""
+        assert self.actuator is not None and self.producer is not None
+        lanes: dict[str, list[ScaleDecision]] = defaultdict(list)
+        for m in messages:
+            if m.value is not None:
+                lanes[m.value.workload].append(m.value)
+        acks: list[asyncio.Future[Any]] = []
+
+        async def lane(decisions: list[ScaleDecision]) -> None:
+            assert self.actuator is not None and self.producer is not None
+            for d in decisions:
+                actuation = await self.actuator.handle(d)
+                self._kube_ok = self._kube_ok or actuation.outcome != "failed"
+                acks.append(await self.producer.publish(self.actuations, actuation))
+
+        await asyncio.gather(*(lane(ds) for ds in lanes.values()))
+        await asyncio.gather(*acks)
+
+    async def run(self) -> None:
+        assert self.consumer is not None
+        try:
+            await self.consumer.run_batches(self.handle_batch, poll_timeout_ms=200)
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+        if self.producer is not None:
+            await self.producer.stop()
+        if self._api is not None:
+            await self._api.close()
+        if self.health is not None:
+            await self.health.stop()
+        log.info("actuator stopped")
+
+
+async def serve(settings: ActuatorSettings) -> None:
+    service = Service(settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner: asyncio.Task[None] | None = None
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        await service.start()
+        runner = asyncio.create_task(service.run())
+        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if runner in done:
+            runner.result()  # the loop ended by itself: raise what ended it
+        log.info("signal received: finishing the batch in hand")
+    finally:
+        waiter.cancel()
+        await service.stop()  # stops the consumer loop after its batch, commits, flushes
+        if runner is not None and not runner.done():
+            try:
+                await asyncio.wait_for(runner, timeout=30)
+            except TimeoutError:
+                log.warning("consumer loop did not end within 30s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="governor-actuator", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--config", type=Path, help="YAML/JSON config (else GOVERNOR_ACTUATOR_CONFIG)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        settings = load(args.config)
+    except ConfigError as e:
+        raise SystemExit(f"governor-actuator: {e}") from None
+    configure_logging("actuator", settings.log_level)
+    if not settings.allowed_namespaces:
+        log.warning("allowed_namespaces is empty: every decision will be refused")
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()
