@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from governor.cli import dev, schema
+from governor.cli import cluster, dev, schema
 
 app = typer.Typer(
     name="governor",
@@ -13,5 +13,5 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (dev, schema):
+for module in (cluster, dev, schema):
     module.register(app)
