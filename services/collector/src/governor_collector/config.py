@@ -4,11 +4,13 @@ named by `GOVERNOR_COLLECTOR_CONFIG`, then `GOVERNOR_COLLECTOR_<FIELD>` environm
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
 
+from governor.events import METRICS, POLICIES, MetricSample, PolicyRecord, Topic
 from governor.settings import KafkaSettings, load_settings
 
 PREFIX = "GOVERNOR_COLLECTOR"
@@ -29,6 +31,16 @@ class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     shutdown_timeout_seconds: float = 10.0
     # How long to wait for Kafka at start before giving up.
     start_timeout_seconds: float = 60.0
+    # Topic names (the contract's by default; other names for tests or a shared broker).
+    metrics_topic: str = METRICS.name
+    policies_topic: str = POLICIES.name
+
+    def topics(self) -> tuple[Topic[MetricSample], Topic[PolicyRecord]]:
+        """The metrics and policies topics, renamed as configured (same types and keys)."""
+        return (
+            dataclasses.replace(METRICS, name=self.metrics_topic),
+            dataclasses.replace(POLICIES, name=self.policies_topic),
+        )
 
     def __post_init__(self) -> None:
         if self.push_max_body_bytes <= 0:

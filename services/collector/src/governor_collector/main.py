@@ -40,7 +40,8 @@ class Collector:
             client_id=settings.kafka.client_id,
             start_timeout_s=settings.start_timeout_seconds,
         )
-        self.publisher = BusPublisher(self.producer)
+        metrics_topic, policies_topic = settings.topics()
+        self.publisher = BusPublisher(self.producer, metrics_topic)
         self.ctx = SourceContext(options={"kubeconfig": settings.kubeconfig})
         self.hub = PushHub()
         self.ctx.resources[PUSH_HUB] = self.hub
@@ -50,6 +51,7 @@ class Collector:
         self.policies = PolicyTable(
             settings.kafka.bootstrap,
             self.scheduler.apply,
+            topic=policies_topic,
             client_id=f"{settings.kafka.client_id}-policies",
             start_timeout_s=settings.start_timeout_seconds,
         )
