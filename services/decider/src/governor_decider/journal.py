@@ -3,7 +3,7 @@ through `DeciderCore` and compared decision by decision."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -36,13 +36,18 @@ class DecideIn(msgspec.Struct, tag="decide"):
     now: float
 
 
-Entry = PolicyIn | WorkloadIn | WindowIn | CheckpointIn | DecideIn
+class RestartIn(msgspec.Struct, tag="restart"):
+    """The process (re)started: its memory was empty before the checkpoints that follow."""
+
+
+Entry = PolicyIn | WorkloadIn | WindowIn | CheckpointIn | DecideIn | RestartIn
 
 
 class Journal:
     def __init__(self, path: Path) -> None:
         self._file: IO[bytes] = path.open("ab", buffering=1 << 16)
         self._enc = msgspec.json.Encoder()
+        self._write(RestartIn())
 
     def _write(self, entry: Entry) -> None:
         self._file.write(self._enc.encode(entry) + b"\n")
@@ -75,10 +80,16 @@ def read(path: Path) -> Iterator[Entry]:
                 yield dec.decode(line)
 
 
-def replay(entries: Iterator[Entry], core: DeciderCore) -> Iterator[tuple[DecideIn, Outputs]]:
-    """Feed a journal to a fresh core; yields each decide step with what it produced."""
+def replay(
+    entries: Iterator[Entry], new_core: Callable[[], DeciderCore]
+) -> Iterator[tuple[DecideIn, Outputs]]:
+    """Feed a journal to fresh cores (a new one at each restart); yields each decide step with
+    what it produced."""
+    core = new_core()
     for e in entries:
-        if isinstance(e, PolicyIn):
+        if isinstance(e, RestartIn):
+            core = new_core()
+        elif isinstance(e, PolicyIn):
             core.on_policy(e.key, e.policy)
         elif isinstance(e, WorkloadIn):
             core.on_workload(e.state)

@@ -1,0 +1,69 @@
+"""Run governor's services as real processes in tests: free ports, readiness, logs, kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Service:
+    """One service process; its JSON log goes to `log_path`."""
+
+    def __init__(self, command: str, env: dict[str, str], port: int, log_path: Path) -> None:
+        self.command, self.port, self.log_path = command, port, log_path
+        self.env = {**os.environ, **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, ready_timeout: float = 90.0) -> Service:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [self.command], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.command} exited {self.proc.returncode}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1):
+                    return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"{self.command} not ready in {ready_timeout}s: {self.tail()}")
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return r.read().decode()
