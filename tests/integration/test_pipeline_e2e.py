@@ -214,6 +214,8 @@ async def test_samples_to_decisions_end_to_end(
         await follow.stop()
         for s in services:
             s.stop()
+        for name in ("pushed", "direct"):
+            await producer.tombstone(events.POLICIES, f"{ns}/{name}")
         await producer.stop()
 
     # --- windows: the aggregator's closed windows equal governor.windows over the samples ---

@@ -241,11 +241,20 @@ class Shortfall(Event):
     at: float
 
 
+PolicyOrigin = Literal["file", "cluster"]
+
+
 class PolicyRecord(Event):
-    """A ScalingPolicy on the policies topic (compacted, key: namespace/name; tombstone deletes)."""
+    """A ScalingPolicy on the policies topic (compacted, key: namespace/name; tombstone deletes).
+
+    `origin` says which source of truth wrote it: `governor policies apply` ("file") or the
+    cluster-side collector from ScalingPolicy objects ("cluster"). A deployment uses one; readers
+    configured for the other ignore the record.
+    """
 
     policy: ScalingPolicy
     published_at: float = 0.0
+    origin: PolicyOrigin = "file"
 
 
 class DeciderCheckpoint(Event):

@@ -15,7 +15,7 @@ import logging
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from prometheus_client import Counter, Gauge, Histogram
@@ -62,6 +62,9 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "INFO"
     create_topics: bool = True
     journal: str | None = None  # path: a JSON-lines record of every input, for replay
+    # The one source of truth for policies: `governor policies apply` ("file") or the
+    # ScalingPolicy objects published by the cluster-side collector ("cluster").
+    policy_source: Literal["file", "cluster"] = "file"
 
 
 class Decider:
@@ -112,6 +115,14 @@ class Decider:
         )
 
     def _policy(self, key: str, rec: events.PolicyRecord | None) -> None:
+        if rec is not None and rec.origin != self.s.policy_source:
+            log.warning(
+                "ignoring policy %s from %s: this decider's policy_source is %s",
+                key,
+                rec.origin,
+                self.s.policy_source,
+            )
+            return
         policy = rec.policy if rec is not None else None
         self.core.on_policy(key, policy)
         if self.journal:
