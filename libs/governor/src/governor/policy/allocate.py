@@ -324,6 +324,7 @@ class _Census:
             self.floors += min(w.n, w.floor)
         nres = len(pool.free[0]) if pool.free else 0
         self.max_free = [max((f[r] for f in pool.free), default=0.0) for r in range(nres)]
+        self.sum_free = [sum(f[r] for f in pool.free) for r in range(nres)]
         self.shapes = sorted({pool.shape[i] for i in pool.device_order})
         self.device_blocked: dict[dev.DeviceRequest, bool] = {}
 
@@ -376,11 +377,17 @@ def _grant(w: _Work, census: _Census, resources: list[str]) -> Grant:
     else:
         rule, lost = "capacity", ""
     where = "even its floor" if phase == "floor" else "above its floor"
-    why = (
-        "no single node has room for one more replica"
-        if fragmented
-        else ("out of " + ", ".join(ran_out))
-    )
+    if fragmented:
+        why = "no single node has room for all of one more replica's requests"
+    else:
+        why = "out of " + ", ".join(ran_out)
+        scattered = [
+            f"{resources[r]} ({census.sum_free[r]:g} free in the pool, no node has {a:g})"
+            for r, a in w.req
+            if resources[r] in ran_out and census.sum_free[r] >= a
+        ]
+        if scattered:
+            why += "; scattered: " + ", ".join(scattered)
     detail = f"{w.n}/{w.want} replicas (floor {w.floor}, tier {d.tier}): short {where}; {why}{lost}"
     return Grant(
         workload=d.workload,
@@ -410,15 +417,20 @@ def _keep(
     if isinstance(previous, Allocation):
         grants = previous.replicas()
         ref = {w: g.wanted for w, g in previous.grants.items()}
+        # A floor the previous allocation could not meet may stay unmet, unless it rose.
+        floors = {w: g.floor for w, g in previous.grants.items()}
     else:
         grants = dict(previous)
         ref = grants
+        floors = {}
     if set(grants) != {w.d.workload for w in ws}:
         return None
     for w in ws:
-        g = grants[w.d.workload]
+        name = w.d.workload
+        g = grants[name]
         ceiling = w.d.max_replicas if w.d.max_replicas is not None else g
-        if not (_within(w.want, ref[w.d.workload], margin) and w.floor <= g <= ceiling):
+        floor = w.floor if w.floor > floors.get(name, w.floor) else min(w.floor, g)
+        if not (_within(w.want, ref[name], margin) and floor <= g <= ceiling):
             return None
     by_name = {w.d.workload: w for w in ws}
     if not _packed(ws, pool, grants, previous):
