@@ -1,0 +1,329 @@
+"""The composed scale policy (`evaluate`): HPA's controller rules, staleness and fallback (KEDA),
+scale to zero (KEDA), caps, and that every result names what bound it."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from governor.policy import MetricObservation, ScaleInputs, ScaleState, evaluate
+from governor.policy.staleness import DEFAULT_STALE_SECONDS
+from tests.unit.test_policy_support import inputs, metric, policy, rules, step, workload
+
+T0 = 90_000.0
+
+
+def rules_of(result_reasons: list[msgspec.Struct]) -> list[str]:
+    return [r.rule for r in result_reasons]  # type: ignore[attr-defined]
+
+
+def test_no_workload_state_is_not_actionable() -> None:
+    spec = policy()
+    state = ScaleState(failures=2)
+    obs = {"load": MetricObservation("load", 500.0, newest_sample=T0)}
+    r, new_state = evaluate(spec, ScaleInputs(workload=None, observations=obs), state, T0)
+    assert not r.actionable
+    assert r.bound_by == "no_workload_state"
+    assert r.newest_input == T0
+    assert new_state is state
+
+
+def test_target_at_zero_without_scale_to_zero_is_disabled_like_hpa() -> None:
+    r, _ = step(policy(), ScaleState(), 0, T0, load=1000.0)
+    assert (r.desired, r.bound_by, r.actionable) == (0, "disabled", False)
+
+
+def test_current_above_max_goes_to_max_and_below_min_to_min() -> None:
+    r, _ = step(policy(max_replicas=5), ScaleState(), 9, T0, load=900.0)
+    assert (r.desired, r.bound_by) == (5, "max")
+    r, _ = step(policy(min_replicas=3), ScaleState(), 2, T0, load=200.0)
+    assert (r.desired, r.bound_by) == (3, "min")
+
+
+def test_replica_cap_binds_and_never_undercuts_min() -> None:
+    spec = policy(max_replicas=50, replicaCap=6)
+    r, _ = step(spec, ScaleState(), 4, T0, load=4000.0)
+    assert (r.desired, r.bound_by) == (6, "cap")
+    r, _ = step(policy(min_replicas=4, max_replicas=50, replicaCap=2), ScaleState(), 4, T0,
+                load=4000.0)  # fmt: skip
+    assert r.desired == 4
+
+
+# --- HPA documentation examples through the whole policy ---------------------------------------
+
+
+def test_hpa_docs_1_replica_at_200m_vs_100m_goes_to_2() -> None:
+    spec = policy(metric("cpu", "AverageValue", 0.1))
+    r, _ = step(spec, ScaleState(), 1, T0, cpu=0.2)
+    assert (r.desired, r.bound_by) == (2, "metric")
+
+
+def test_hpa_docs_scale_down_policies_80_to_72_to_64() -> None:
+    # behavior.scaleDown: Pods 4 / 60 s and Percent 10 / 60 s, the larger change wins.
+    spec = policy(
+        max_replicas=100,
+        behavior={"scaleDown": rules(("Pods", 4, 60), ("Percent", 10, 60), window=0)},
+    )
+    state = ScaleState()
+    r, state = step(spec, state, 80, T0, load=1000.0)  # wants 10
+    assert (r.desired, r.bound_by) == (72, "rate_limit")
+    assert "Percent 10/60s limits to 72" in r.reasons[-1].detail
+    r, state = step(spec, state, 72, T0 + 15, load=1000.0)
+    assert (r.desired, r.bound_by) == (72, "rate_limit")  # 8 already removed in this period
+    r, state = step(spec, state, 72, T0 + 60, load=1000.0)
+    assert r.desired == 64  # 10 % of 72 is 7.2: rounded to a removal of 8
+
+
+def test_hpa_docs_scale_up_percent_900_allows_ten_times() -> None:
+    spec = policy(max_replicas=1000, behavior={"scaleUp": rules(("Percent", 900, 60))})
+    r, _ = step(spec, ScaleState(), 1, T0, load=100_000.0)
+    assert (r.desired, r.bound_by) == (10, "rate_limit")
+
+
+def test_hpa_docs_disabled_scale_down() -> None:
+    spec = policy(behavior={"scaleDown": rules(window=0, select="Disabled")})
+    r, _ = step(spec, ScaleState(), 10, T0, load=100.0)
+    assert (r.desired, r.bound_by) == (10, "disabled")
+
+
+def test_default_behavior_holds_scale_down_for_300_s_from_a_fresh_start() -> None:
+    spec = policy()
+    state = ScaleState()
+    for t in range(0, 300, 15):
+        r, state = step(spec, state, 10, T0 + t, load=500.0)
+        assert (r.desired, r.bound_by) == (10, "stabilization")
+    assert "stabilization window 300 s holds 10" in r.reasons[-1].detail
+    r, state = step(spec, state, 10, T0 + 300, load=500.0)
+    assert r.desired == 5
+
+
+def test_default_scale_up_is_rate_limited_then_catches_up() -> None:
+    spec = policy()
+    r, state = step(spec, ScaleState(), 2, T0, load=3000.0)  # wants 30
+    assert (r.desired, r.bound_by) == (6, "rate_limit")
+    assert "Pods 4/15s limits to 6" in r.reasons[-1].detail
+    r, state = step(spec, state, 6, T0 + 15, load=3000.0)
+    assert r.desired == 12  # Percent 100 now allows more than Pods 4
+
+
+def test_a_decision_not_applied_yet_does_not_eat_the_rate_limit() -> None:
+    spec = policy()
+    r, state = step(spec, ScaleState(), 2, T0, load=3000.0)
+    assert r.desired == 6
+    # The target has not moved yet: the same decision is repeated, not a smaller one.
+    r, state = step(spec, state, 2, T0 + 1, load=3000.0)
+    assert r.desired == 6
+    r, state = step(spec, state, 6, T0 + 2, load=3000.0)
+    assert r.desired == 6  # 2 → 6 happened inside this period
+    r, state = step(spec, state, 6, T0 + 15.5, load=3000.0)
+    assert r.desired == 12
+
+
+def test_tolerance_reason_names_the_band() -> None:
+    r, _ = step(policy(), ScaleState(), 10, T0, load=1070.0)
+    assert (r.desired, r.bound_by) == (10, "tolerance")
+    assert "ratio 1.07 within tolerance [0.9, 1.1]" in r.reasons[0].detail
+    assert r.reasons[0].metric == "load"
+
+
+def test_split_tolerance_through_behavior() -> None:
+    spec = policy(
+        metric("q", "Value", 100.0),
+        behavior={"scaleUp": {"tolerance": 0.05}, "scaleDown": {"tolerance": 0.15, **rules(
+            window=0)}},
+    )  # fmt: skip
+    assert step(spec, ScaleState(), 10, T0, q=106.0)[0].desired == 11
+    assert step(spec, ScaleState(), 10, T0, q=86.0)[0].desired == 10
+    assert step(spec, ScaleState(), 10, T0, q=84.0)[0].desired == 9
+
+
+def test_every_result_carries_inputs_and_reasons() -> None:
+    spec = policy(metric("a", "AverageValue", 100.0), metric("b", "Value", 50.0))
+    r, _ = step(spec, ScaleState(), 4, T0, a=800.0, b=60.0)
+    assert [i.metric for i in r.inputs] == ["a", "b"]
+    assert [i.desired for i in r.inputs] == [8, 5]
+    assert r.reasons
+    assert r.desired == 8
+    assert r.newest_input == T0
+
+
+# --- several metrics, invalid metrics (HPA computeReplicasForMetrics) ---------------------------
+
+
+def test_TestScaleUpOneMetricEmpty() -> None:
+    spec = policy(
+        metric("cpu", "Utilization", 30.0), metric("qps", "Value", 0.1),
+        min_replicas=2, max_replicas=6,
+    )  # fmt: skip
+    # CPU 300/400/500 m of 1 core each: 40 %; the external metric fails.
+    r, _ = step(spec, ScaleState(), 3, T0, cpu=40.0, qps=None)
+    assert r.desired == 4
+
+
+def test_TestNoScaleDownOneMetricEmpty() -> None:
+    spec = policy(
+        metric("cpu", "Utilization", 50.0), metric("qps", "Value", 1.0),
+        min_replicas=2, max_replicas=6, behavior={"scaleDown": rules(window=0)},
+    )  # fmt: skip
+    r, state = step(spec, ScaleState(), 5, T0, cpu=28.0, qps=None)
+    assert (r.desired, r.bound_by) == (5, "stale_hold")
+    assert state.failures == 1
+    # With both metrics valid the same CPU reading scales down (qps asks for 3 too).
+    r, _ = step(spec, ScaleState(), 5, T0, cpu=28.0, qps=0.5)
+    assert r.desired == 3
+    # A metric inside its tolerance band holds current even when another says down.
+    r, _ = step(spec, ScaleState(), 5, T0, cpu=28.0, qps=1.0)
+    assert (r.desired, r.bound_by) == (5, "tolerance")
+
+
+def test_readiness_guard_never_scales_against_the_load() -> None:
+    # TestReplicaCalcScaleUpCMExternalIgnoresUnreadyPods gives 2 for 3 replicas under a ratio of
+    # 1.95 (one ready pod); governor holds 3 instead of scaling down on a scale-up signal.
+    spec = policy(metric("qps", "Value", 4.4))
+    r, _ = step(spec, ScaleState(), 3, T0, ready=1, qps=8.6)
+    assert (r.desired, r.bound_by) == (3, "readiness")
+
+
+def test_utilization_with_no_ready_pod_holds() -> None:
+    spec = policy(metric("cpu", "Utilization", 50.0))
+    r, _ = step(spec, ScaleState(), 3, T0, ready=0, cpu=10.0)
+    assert (r.desired, r.bound_by) == (3, "readiness")
+
+
+# --- missing and stale data, fallback ----------------------------------------------------------
+
+
+def test_stale_data_never_scales_down() -> None:
+    spec = policy(behavior={"scaleDown": rules(window=0)})
+    old = T0 - DEFAULT_STALE_SECONDS - 1
+    r, state = step(spec, ScaleState(), 10, T0, sample_at=old, load=100.0)
+    assert (r.desired, r.bound_by) == (10, "stale_hold")
+    assert r.inputs[0].stale
+    r, state = step(spec, state, 10, T0 + 15, sample_at=old, load=100.0)
+    assert (r.desired, state.failures, state.failing_since) == (10, 2, T0)
+    # Fresh again: the counter resets and the same load scales down.
+    r, state = step(spec, state, 10, T0 + 30, load=100.0)
+    assert (r.desired, state.failures, state.failing_since) == (1, 0, None)
+
+
+def test_staleness_bound_is_three_source_intervals() -> None:
+    spec = policy(
+        metric(
+            "lag",
+            "AverageValue",
+            10.0,
+            source={
+                "type": "kafka_lag",
+                "topic": "t",
+                "consumerGroup": "g",
+                "intervalSeconds": 5.0,
+            },
+        )
+    )
+    r, _ = step(spec, ScaleState(), 4, T0, sample_at=T0 - 14.0, lag=80.0)
+    assert r.bound_by != "stale_hold"
+    r, _ = step(spec, ScaleState(), 4, T0, sample_at=T0 - 16.0, lag=0.0)
+    assert r.bound_by == "stale_hold"
+
+
+@pytest.mark.parametrize(
+    ("behavior", "current", "expected"),
+    [
+        ("static", 10, 3),
+        ("currentReplicas", 10, 10),
+        ("currentReplicasIfHigher", 10, 10),
+        ("currentReplicasIfHigher", 2, 3),
+        ("currentReplicasIfLower", 10, 3),
+        ("currentReplicasIfLower", 2, 2),
+    ],
+)
+def test_fallback_after_failure_threshold(behavior: str, current: int, expected: int) -> None:
+    spec = policy(
+        fallback={"replicas": 3, "failureThreshold": 2, "behavior": behavior},
+        behavior={"scaleDown": rules(window=0), "scaleUp": rules(("Pods", 100, 15))},
+    )
+    state = ScaleState()
+    for i in range(2):
+        r, state = step(spec, state, current, T0 + i, load=None)
+        assert (r.desired, r.bound_by) == (current, "stale_hold")
+    r, state = step(spec, state, current, T0 + 2, load=None)
+    assert r.desired == expected
+    assert "fallback" in rules_of(r.reasons)
+    assert state.failures == 3
+
+
+def test_fallback_after_stale_after_seconds() -> None:
+    spec = policy(
+        fallback={"replicas": 4, "staleAfterSeconds": 30},
+        behavior={"scaleDown": rules(window=0)},
+    )
+    state = ScaleState()
+    r, state = step(spec, state, 8, T0, load=None)
+    assert r.bound_by == "stale_hold"
+    r, state = step(spec, state, 8, T0 + 31, load=None)
+    assert r.desired == 4
+    # Data 40 s old is beyond staleAfterSeconds at once.
+    r, _ = step(spec, ScaleState(), 8, T0, sample_at=T0 - 40, load=100.0)
+    assert r.desired == 4
+
+
+# --- scale to zero (KEDA) -----------------------------------------------------------------------
+
+ZERO = {"activationThreshold": 5.0, "cooldownSeconds": 120.0}
+
+
+def test_activation_is_strictly_above_the_threshold() -> None:
+    spec = policy(min_replicas=0, scaleToZero=ZERO)
+    r, state = step(spec, ScaleState(), 0, T0, load=5.0)
+    assert (r.desired, r.bound_by) == (0, "activation")
+    r, state = step(spec, state, 0, T0 + 1, load=5.5)
+    assert r.desired == 1
+    r, state = step(spec, ScaleState(), 0, T0, load=350.0)
+    assert r.desired == 4  # ceil(ratio) at zero, within the scale-up rate limit from 0 (Pods 4)
+
+
+def test_activation_from_zero_with_percent_only_policy_still_reaches_one() -> None:
+    spec = policy(min_replicas=0, scaleToZero=ZERO,
+                  behavior={"scaleUp": rules(("Percent", 100, 15))})  # fmt: skip
+    r, _ = step(spec, ScaleState(), 0, T0, load=50.0)
+    assert r.desired == 1
+
+
+def test_cooldown_then_zero() -> None:
+    spec = policy(min_replicas=0, scaleToZero=ZERO)
+    r, state = step(spec, ScaleState(), 3, T0, load=50.0)
+    assert state.last_active == T0
+    r, state = step(spec, state, 3, T0 + 60, load=1.0)
+    assert r.desired >= 1
+    r, state = step(spec, state, 3, T0 + 120, load=1.0)
+    assert r.desired >= 1  # not strictly past the cooldown yet
+    r, state = step(spec, state, 3, T0 + 121, load=1.0)
+    assert (r.desired, r.bound_by) == (0, "scale_to_zero")
+
+
+def test_stale_data_counts_as_active_and_never_collapses_to_zero() -> None:
+    spec = policy(min_replicas=0, scaleToZero=ZERO)
+    r, state = step(spec, ScaleState(last_active=T0 - 1000), 3, T0, load=None)
+    assert r.desired == 3
+    assert state.last_active == T0
+
+
+def test_no_record_of_activity_starts_the_cooldown_instead_of_scaling_to_zero() -> None:
+    spec = policy(min_replicas=0, scaleToZero=ZERO)
+    r, state = step(spec, ScaleState(), 3, T0, load=0.0)
+    assert r.desired == 3 and state.last_active == T0
+
+
+def test_workload_state_from_the_helpers() -> None:
+    # The helper reflects what a collector publishes: spec and ready replicas.
+    w = workload(3, 2, T0)
+    assert (w.spec_replicas, w.ready_replicas) == (3, 2)
+    assert inputs(3, T0, load=1.0).observations["load"].newest_sample == T0
+
+
+def test_evaluate_does_not_mutate_its_inputs() -> None:
+    spec = policy()
+    state = ScaleState(recommendations=[(T0 - 30, 5)], scale_events=[(T0 - 5, 2)])
+    before = msgspec.msgpack.encode(state)
+    step(spec, state, 5, T0, load=2000.0)
+    assert msgspec.msgpack.encode(state) == before
