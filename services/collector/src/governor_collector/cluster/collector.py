@@ -228,9 +228,16 @@ class ClusterCollector:
             f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
         )
         timeout = self.settings.startup_timeout_seconds
-        await asyncio.wait_for(
-            asyncio.gather(*(r.settled.wait() for r in [*core, devices])), timeout
-        )
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(r.settled.wait() for r in [*core, devices])), timeout
+            )
+        except TimeoutError:
+            waiting = [r.name for r in [*core, devices] if not r.settled.is_set()]
+            raise RuntimeError(
+                f"start-up: could not list {', '.join(waiting)} within {timeout:.0f}s "
+                "(is the API server reachable, and may this identity list them?)"
+            ) from None
         self.model.devices_served = bool(devices.served)
         self._tasks.append(asyncio.create_task(self._follow_devices(devices)))
         # the targets of the policies listed so far, before the first flush
@@ -268,7 +275,15 @@ class ClusterCollector:
             await self._wake.wait()
             await asyncio.sleep(coalesce)
             self._wake.clear()
-            changes = self.model.compute(time.time())
+            try:
+                changes = self.model.compute(time.time())
+            except Exception:  # a bug must not stop the other keys' updates for good
+                log.exception("computing the cluster state failed; retrying in %.1fs", backoff)
+                self.model.mark_all_dirty()
+                self._wake.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
             self.flushes += 1
             if not changes:
                 continue
