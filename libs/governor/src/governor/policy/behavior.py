@@ -139,14 +139,15 @@ def stabilize(
 
     Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`).
     """
-    up = down = desired
     up_cutoff = now - up_window
     down_cutoff = now - down_window
-    for t, r in history:
-        if t > up_cutoff and r < up:
-            up = r
-        if t > down_cutoff and r > down:
-            down = r
+    # Comprehensions rather than one loop: this runs on every evaluation (C-speed filtering).
+    up = min([r for t, r in history if t > up_cutoff], default=desired)
+    if up > desired:
+        up = desired
+    down = max([r for t, r in history if t > down_cutoff], default=desired)
+    if down < desired:
+        down = desired
     replicas = current
     if replicas < up:
         replicas = up
@@ -160,10 +161,14 @@ def record(
 ) -> list[Entry]:
     """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step."""
     cutoff = now - horizon
-    out = [e for e in history if e[0] > cutoff]
-    bucket = math.floor(now / step)
+    # The history is in time order: prune only when its oldest entry is out.
+    if history and history[0][0] <= cutoff:
+        out = [e for e in history if e[0] > cutoff]
+    else:
+        out = list(history)
+    bucket = now // step
     lo = hi = desired
-    while out and math.floor(out[-1][0] / step) == bucket:
+    while out and out[-1][0] // step == bucket:
         r = out.pop()[1]
         if r < lo:
             lo = r

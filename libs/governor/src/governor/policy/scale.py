@@ -22,6 +22,7 @@ is not read here.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from governor.events import MetricInput, Reason, Rule
 from governor.policy.behavior import (
@@ -62,6 +63,45 @@ def _target(metric: MetricSpec) -> float:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class _Metric:
+    name: str
+    kind: str
+    target: float
+    stale_after: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """What evaluate derives from a policy alone: resolved behavior, per-metric constants."""
+
+    behavior: ResolvedBehavior
+    metrics: tuple[_Metric, ...]
+
+
+_COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
+_COMPILED_MAX = 4096
+
+
+def _compile(policy: ScalingPolicySpec) -> _Compiled:
+    """Memoized by identity: a policy is a value (a new version is a new object), and the cache
+    holds a reference, so an id cannot be reused while its entry lives."""
+    hit = _COMPILED.get(id(policy))
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    compiled = _Compiled(
+        behavior=resolve(policy.behavior),
+        metrics=tuple(
+            _Metric(m.name, m.target.type, _target(m), stale_after(policy, m))
+            for m in policy.metrics
+        ),
+    )
+    if len(_COMPILED) >= _COMPILED_MAX:
+        del _COMPILED[next(iter(_COMPILED))]
+    _COMPILED[id(policy)] = (policy, compiled)
+    return compiled
+
+
 def _ratio(kind: str, value: float, target: float, current: int) -> float:
     if kind == "Utilization":
         return math.floor(value) / target
@@ -78,10 +118,6 @@ def _metric_desired(
     if kind == "Value":
         return usage_ratio_replicas(current, value / target, ready, tol)
     return per_pod_replicas(current, value, target, tol)
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
 
 
 def _rate_detail(
@@ -105,6 +141,52 @@ def _rate_detail(
                 f" (selectPolicy {rules.select})"
             )
     return f"{direction} policies limit to {limit}"  # pragma: no cover - the loop always matches
+
+
+def _finish(
+    state: ScaleState,
+    current: int,
+    now: float,
+    events: list[tuple[float, int]],
+    event_horizon: float,
+    failures: int,
+    failing_since: float | None,
+    last_active: float | None,
+    newest: float,
+    reasons: list[Reason],
+    metric_inputs: list[MetricInput],
+    desired: int,
+    bound_by: Rule,
+    history: list[tuple[float, int]] | None,
+    panic: tuple[float | None, int, float | None] | None,
+    actionable: bool,
+) -> tuple[ScaleResult, ScaleState]:
+    """The result and the next state; a decision to change is recorded as a scale event."""
+    if panic is None:
+        panic = (state.panic_since, state.panic_max, state.panic_over_at)
+    if actionable and desired != current:
+        events = record_event(events, now, desired - current, now, event_horizon)
+    new_state = ScaleState(
+        state.recommendations if history is None else history,
+        events,
+        panic[0],
+        panic[1],
+        failures,
+        last_active,
+        desired if actionable else current,
+        failing_since,
+        panic[2],
+    )
+    result = ScaleResult(
+        desired=desired,
+        current=current,
+        bound_by=bound_by,
+        reasons=reasons,
+        inputs=metric_inputs,
+        newest_input=newest,
+        actionable=actionable,
+    )
+    return result, new_state
 
 
 def evaluate(
@@ -136,7 +218,8 @@ def evaluate(
 
     current = wl.spec_replicas
     ready = wl.ready_replicas
-    behavior = resolve(policy.behavior)
+    compiled = _compile(policy)
+    behavior = compiled.behavior
     tol = behavior.tolerances
 
     # Like HPA, a decision is recorded as a scale event when it is made (so it ages out of the
@@ -164,17 +247,17 @@ def evaluate(
     active = False
     newest = 0.0
     all_within = True
-    for m in policy.metrics:
+    for m in compiled.metrics:
         name = m.name
-        kind = m.target.type
-        target = _target(m)
+        kind = m.kind
+        target = m.target
         obs = observations.get(name)
         value = obs.stable if obs is not None else None
         sample_at = obs.newest_sample if obs is not None else None
         if sample_at is not None and sample_at > newest:
             newest = sample_at
         age = now - sample_at if sample_at is not None else 0.0
-        if value is None or age > stale_after(policy, m):
+        if value is None or age > m.stale_after:
             failing.append(name)
             if age > failing_age:
                 failing_age = age
@@ -220,20 +303,18 @@ def evaluate(
             # resource metrics ("a change in scale direction").
             rule = "readiness"
             detail = (
-                f"ratio {_fmt(ratio)} over {ready} ready of {current} would give {desired}:"
+                f"ratio {ratio:.4g} over {ready} ready of {current} would give {desired}:"
                 f" holds {current}"
             )
             desired = current
         elif current and desired == current and tol.within(ratio):
             rule = "tolerance"
             detail = (
-                f"ratio {_fmt(ratio)} within tolerance"
-                f" [{_fmt(1 - tol.down)}, {_fmt(1 + tol.up)}]: holds {current}"
+                f"ratio {ratio:.4g} within tolerance"
+                f" [{1 - tol.down:.4g}, {1 + tol.up:.4g}]: holds {current}"
             )
         else:
-            detail = (
-                f"{kind} {_fmt(value)} vs target {_fmt(target)}: ratio {_fmt(ratio)} → {desired}"
-            )
+            detail = f"{kind} {value:.4g} vs target {target:.4g}: ratio {ratio:.4g} → {desired}"
         if rule != "tolerance":
             all_within = False
         reasons.append(Reason(rule=rule, metric=name, value=ratio, detail=detail))
@@ -269,7 +350,7 @@ def evaluate(
                     rule="fallback",
                     metric=",".join(failing),
                     detail=(
-                        f"no fresh data for {failures} evaluations ({_fmt(failing_for)} s):"
+                        f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
                         f" fallback {fb.behavior} → {fr}"
                     ),
                 )
@@ -284,7 +365,7 @@ def evaluate(
                     rule="stale_hold",
                     metric=",".join(failing),
                     detail=(
-                        f"no fresh data for {failures} evaluations ({_fmt(failing_for)} s):"
+                        f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
                         " no scale-down on it"
                     ),
                 )
@@ -303,38 +384,15 @@ def evaluate(
     def done(
         desired: int,
         bound_by: Rule,
-        *,
         history: list[tuple[float, int]] | None = None,
         panic: tuple[float | None, int, float | None] | None = None,
         actionable: bool = True,
     ) -> tuple[ScaleResult, ScaleState]:
-        p_since, p_max, p_over = (
-            (state.panic_since, state.panic_max, state.panic_over_at) if panic is None else panic
-        )
-        new_events = events
-        if actionable and desired != current:
-            new_events = record_event(events, now, desired - current, now, behavior.event_horizon)
-        new_state = ScaleState(
-            recommendations=state.recommendations if history is None else history,
-            scale_events=new_events,
-            panic_since=p_since,
-            panic_max=p_max,
-            failures=failures,
-            last_active=last_active,
-            expected_replicas=desired if actionable else current,
-            failing_since=failing_since,
-            panic_over_at=p_over,
-        )
-        result = ScaleResult(
-            desired=desired,
-            current=current,
-            bound_by=bound_by,
-            reasons=reasons,
-            inputs=metric_inputs,
-            newest_input=newest,
-            actionable=actionable,
-        )
-        return result, new_state
+        return _finish(
+            state, current, now, events, behavior.event_horizon, failures, failing_since,
+            last_active, newest, reasons, metric_inputs, desired, bound_by, history, panic,
+            actionable,
+        )  # fmt: skip
 
     # --- the target's own state ---------------------------------------------------------------
     if zero is None and current == 0:
@@ -344,7 +402,7 @@ def evaluate(
                 detail="the target has 0 replicas and minReplicas > 0: scaling is disabled (HPA)",
             )
         )
-        return done(0, "disabled", actionable=False)
+        return done(0, "disabled", None, None, False)
 
     if zero is not None:
         idle = idle_check(zero, active or bool(failing), last_active, now)
@@ -355,7 +413,7 @@ def evaluate(
                     rule="activation",
                     detail=(
                         f"no fresh metric above activation threshold"
-                        f" {_fmt(zero.activation_threshold)}: stays at 0"
+                        f" {zero.activation_threshold:.4g}: stays at 0"
                     ),
                 )
             )
@@ -365,9 +423,9 @@ def evaluate(
                 Reason(
                     rule="scale_to_zero",
                     detail=(
-                        f"no metric above activation threshold {_fmt(zero.activation_threshold)}"
-                        f" for {_fmt(now - idle.last_active)} s (cooldown"
-                        f" {_fmt(zero.cooldown_seconds)} s): to 0"
+                        f"no metric above activation threshold {zero.activation_threshold:.4g}"
+                        f" for {now - idle.last_active:.4g} s (cooldown"
+                        f" {zero.cooldown_seconds:.4g} s): to 0"
                     ),
                 )
             )
@@ -400,8 +458,8 @@ def evaluate(
     bound: Rule = "tolerance" if all_within and desired == current else best_rule
     if current == 0 and desired < 1:
         desired = 1
-        bound = "activation"
-        reasons.append(Reason(rule="activation", detail="above the activation threshold: 0 → 1"))
+        bound = "scale_to_zero"
+        reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
 
     # --- panic (Knative) ------------------------------------------------------------------------
     panic_state = (state.panic_since, state.panic_max, state.panic_over_at)
@@ -422,8 +480,8 @@ def evaluate(
                 Reason(
                     rule="panic",
                     detail=(
-                        f"panic ends: under {_fmt(policy.panic.threshold_percent)} % for a stable"
-                        f" window ({_fmt(policy.panic.stable_window_seconds)} s)"
+                        f"panic ends: under {policy.panic.threshold_percent:.4g} % for a stable"
+                        f" window ({policy.panic.stable_window_seconds:.4g} s)"
                     ),
                 )
             )
@@ -435,7 +493,7 @@ def evaluate(
                         rule="panic",
                         metric=panic_metric,
                         detail=(
-                            f"panicking since {_fmt(out.since or now)}: panic window asks"
+                            f"panicking for {now - (out.since or now):.0f} s: panic window asks"
                             f" {panic_desired}, stable {desired}, never below"
                             f" {max(out.panic_max, current)}"
                         ),
@@ -453,12 +511,12 @@ def evaluate(
     if st.replicas != desired:
         if desired < current or st.replicas > desired:
             detail = (
-                f"stabilization window {_fmt(behavior.down.window)} s holds {st.replicas}"
+                f"stabilization window {behavior.down.window:.4g} s holds {st.replicas}"
                 f" (max of recommendations) over {desired}"
             )
         else:
             detail = (
-                f"stabilization window {_fmt(behavior.up.window)} s holds {st.replicas}"
+                f"stabilization window {behavior.up.window:.4g} s holds {st.replicas}"
                 f" (min of recommendations) under {desired}"
             )
         reasons.append(Reason(rule="stabilization", detail=detail))
@@ -484,4 +542,4 @@ def evaluate(
         desired, bound = 1, "scale_to_zero"
         reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
 
-    return done(desired, bound, history=new_history, panic=panic_state)
+    return done(desired, bound, new_history, panic_state)
