@@ -4,10 +4,11 @@ import math
 
 import msgspec
 import pytest
-from governor import windows as w
-from governor.events import LoadWindow
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from governor import windows as w
+from governor.events import LoadWindow
 
 
 def _p95(values: list[float]) -> float:
@@ -245,3 +246,29 @@ def test_ingest_many_equals_one_by_one(
     many, c2, _ = w.ingest_many(many, samples[cut:])
     assert many == one
     assert c1 + c2 == closed_one
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size_hop=_sizes,
+    lateness=st.sampled_from([0.0, 2.0, 30.0]),
+    before=st.lists(st.integers(min_value=0, max_value=150).map(float), max_size=20),
+    first=st.integers(min_value=0, max_value=200),
+    n=st.integers(min_value=0, max_value=90),
+    value=st.floats(min_value=-1e3, max_value=1e3, allow_nan=False),
+    spacing=st.sampled_from([1.0, 2.0, 0.5]),
+)
+def test_ingest_run_equals_ingest_many(
+    size_hop: tuple[float, float],
+    lateness: float,
+    before: list[float],
+    first: int,
+    n: int,
+    value: float,
+    spacing: float,
+) -> None:
+    spec = w.WindowSpec(size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness)
+    series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), [(t, t) for t in before])
+    run = [(first + i * spacing, value) for i in range(n)]
+    expected = w.ingest_many(series, run)
+    assert w.ingest_run(series, float(first), n, value, spacing) == expected
