@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from governor.cli import cluster, dev, policies, schema
+from governor.cli import cluster, dev, policies, schema, sim
 
 app = typer.Typer(
     name="governor",
@@ -13,5 +13,5 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (cluster, dev, policies, schema):
+for module in (cluster, dev, policies, schema, sim):
     module.register(app)
