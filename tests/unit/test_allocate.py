@@ -156,6 +156,28 @@ def test_previous_allocation_is_dropped_when_it_no_longer_fits_or_room_appears()
     assert not grown.kept_previous and grown.replicas() == {"a": 8, "b": 8}
 
 
+def test_the_previous_allocation_survives_the_wire() -> None:
+    gpus = [Device(type="gpu", minor=i, pcie=str(i // 2), free=100, total=100) for i in range(4)]
+    nics = [Device(type="rdma", minor=i, pcie=str(i), free=1, total=1) for i in range(2)]
+    nodes = [node("g", 16, devices=gpus + nics), node("c", 2)]
+    joint = {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
+    ds = [
+        demand("svc", 3),
+        Demand(
+            workload="job",
+            want=3,
+            requests={"cpu": 1, dev.GPU: 2, dev.RDMA: 1},
+            joint_allocate=joint,
+        ),
+    ]
+    first = allocate(ds, nodes)
+    assert first.replicas() == {"svc": 3, "job": 2}
+    wire = msgspec.json.decode(msgspec.json.encode(first), type=Allocation)
+    assert wire == first
+    again = allocate(ds, nodes, wire)
+    assert again.kept_previous and again.devices == first.devices
+
+
 def test_a_new_floor_above_the_previous_grant_ends_hysteresis() -> None:
     first = allocate([demand("a", 10), demand("b", 10)], [node("n", 20)])
     again = allocate([demand("a", 10, floor=10), demand("b", 10)], [node("n", 20)], first)

@@ -16,22 +16,27 @@ PriorityClass value) and, inside a tier, services before elastic training — el
 above the floor are the first to go when a tier shrinks (Volcano preempts above-minAvailable
 pods first, and an elastic job tolerates it by design). Then:
 
-1. floors, class by class from the top: when even the floors do not fit, the lowest class loses
-   them first (elastic before services inside a tier), and inside a class weighted DRF decides;
+1. floors: when they all fit (packed first-fit-decreasing, every class at once) they are all
+   placed; when they do not, class by class from the top, so the lowest class loses them first
+   (elastic before services inside a tier), and inside a class weighted DRF decides (the largest
+   weighted share loses first);
 2. above the floor, class by class from the top: a class only gets what the classes above it
    left, so a higher tier never loses above-floor replicas to a lower tier's above-floor demand.
 
 Inside a class: weighted DRF by progressive filling — one replica at a time to the workload with
 the lowest weighted dominant share (dominant share = max over cpu, memory, … , GPUs and NIC VFs
 of allocated / pool capacity; divided by weight) that still wants more and whose next replica
-fits on some node; ties go to the smaller workload id. Placement is first-fit over nodes by name
-(device-less nodes first for replicas that need no devices, so they do not strand GPUs); a
-workload whose replica fits nowhere is done, since capacity only shrinks as the fill goes on.
+fits on some node; ties go to the smaller workload id. On small pools this equals an exhaustive
+search for the best allocation in that order (tests/unit/test_allocate_bruteforce.py says what
+"best" means and where first-fit packing may fall short of it). Placement is first-fit over
+nodes by name (device-less nodes first for replicas that need no devices, so they do not strand
+GPUs); a workload whose replica fits nowhere is done: capacity only shrinks as the fill goes on.
 
 Hysteresis. With the previous allocation given, it is kept as a whole when (a) the same
 workloads are present, (b) each want is within `margin` (default 10 %) of the previous want —
-of the previous grant when only a replicas map is given —, (c) each previous grant still lies
-between the new floor and max_replicas, (d) the previous grants still fit the nodes (the previous
+of the previous grant when only a replicas map is given —, (c) each previous grant is at most
+max_replicas and at least the new floor, unless that floor did not rise (a floor the pool could
+not meet before may stay unmet), (d) the previous grants still fit the nodes (the previous
 placement as it was, else a first-fit-decreasing packing), and (e) no resource's pool capacity
 grew since (only known from a previous `Allocation`: new room is handed out at once).
 
@@ -112,6 +117,9 @@ class DevicePick(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Allocation(msgspec.Struct, frozen=True, kw_only=True):
+    """A pool's answer. Hand it back as `previous` next time: it round-trips through msgspec,
+    so the decider can keep it in its state between evaluations."""
+
     grants: dict[str, Grant]
     placement: dict[str, dict[str, int]]  # node -> workload -> replicas
     devices: dict[str, list[DevicePick]]  # node -> replicas' devices, in placement order
