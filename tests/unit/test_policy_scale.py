@@ -327,3 +327,37 @@ def test_evaluate_does_not_mutate_its_inputs() -> None:
     before = msgspec.msgpack.encode(state)
     step(spec, state, 5, T0, load=2000.0)
     assert msgspec.msgpack.encode(state) == before
+
+
+def test_a_decision_that_is_never_applied_keeps_the_event_list_small() -> None:
+    # E.g. the capacity stage keeps granting fewer replicas: every tick corrects and re-decides.
+    spec = policy(behavior={"scaleUp": rules(("Pods", 4, 600))})
+    r, state = step(spec, ScaleState(), 2, T0, load=3000.0)
+    assert r.desired == 6
+    for t in range(1, 300):
+        r, state = step(spec, state, 2, T0 + t, load=3000.0)
+        assert r.desired == 6
+    assert state.scale_events == [(T0, 4)]
+
+
+def test_spent_rate_budget_is_explained() -> None:
+    # horizontal_test.go: "scaleUp with currentReplicas limitation with rate.PeriodSeconds with a
+    # lot of recent scale up events", through the whole policy.
+    spec = policy(max_replicas=1000, behavior={"scaleUp": rules(("Pods", 5, 120))})
+    events = [(T0 - 100, 1), (T0 - 60, 5), (T0 - 20, 9)]
+    state = ScaleState(scale_events=events, expected_replicas=100)
+    r, _ = step(spec, state, 100, T0, load=50_000.0)
+    assert (r.desired, r.bound_by) == (100, "rate_limit")
+    assert "used up their budget" in r.reasons[-1].detail
+
+
+def test_entering_panic_is_explained() -> None:
+    spec = policy(panic={"thresholdPercent": 200})
+    r, state = step(spec, ScaleState(), 2, T0, load=(200.0, 1000.0))
+    assert state.panic_since == T0
+    assert any(x.rule == "panic" and "asks 10 with 2 ready" in x.detail for x in r.reasons)
+
+
+def test_step_seconds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="step_seconds"):
+        evaluate(policy(), inputs(1, T0, load=1.0), ScaleState(), T0, step_seconds=0)

@@ -161,7 +161,8 @@ def record(
 ) -> list[Entry]:
     """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step."""
     cutoff = now - horizon
-    # The history is in time order: prune only when its oldest entry is out.
+    # The history is in time order (`now` does not go back): prune only when its first entry is
+    # out. Out of order, pruning is merely late; the windows filter by time either way.
     if history and history[0][0] <= cutoff:
         out = [e for e in history if e[0] > cutoff]
     else:
@@ -266,9 +267,17 @@ def limit_rate(
 def record_event(
     events: list[Entry], at: float, change: int, now: float, horizon: float
 ) -> list[Entry]:
-    """The scale events after a change of `change` replicas at `at`, pruned past `horizon`."""
+    """The scale events after a change of `change` replicas at `at`, pruned past `horizon`.
+
+    Changes at the same instant are summed (and dropped when they cancel): a decision that the
+    target has not applied yet is corrected and re-made at every evaluation, and must not grow
+    the list while it waits.
+    """
     cutoff = now - horizon
     out = [e for e in events if e[0] > cutoff]
     if change and at > cutoff:
-        out.append((at, change))
+        if out and out[-1][0] == at:
+            change += out.pop()[1]
+        if change:
+            out.append((at, change))
     return out

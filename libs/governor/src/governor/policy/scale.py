@@ -140,7 +140,8 @@ def _rate_detail(
                 f"{direction} policy {p.type} {p.value}/{p.period_seconds}s limits to {limit}"
                 f" (selectPolicy {rules.select})"
             )
-    return f"{direction} policies limit to {limit}"  # pragma: no cover - the loop always matches
+    # Only the clamp to current can make no single policy match: the period's budget is spent.
+    return f"{direction} policies hold {current}: this period's changes used up their budget"
 
 
 def _finish(
@@ -198,6 +199,8 @@ def evaluate(
     step_seconds: float = 15.0,
 ) -> tuple[ScaleResult, ScaleState]:
     """One evaluation of the scale policy: the result and the state to keep for the next one."""
+    if not step_seconds > 0:
+        raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
     wl = inputs.workload
     observations = inputs.observations
     if wl is None:
@@ -475,6 +478,17 @@ def evaluate(
             now=now,
         )
         panic_state = (out.since, out.panic_max, out.over_at)
+        if out.entered:
+            reasons.append(
+                Reason(
+                    rule="panic",
+                    metric=panic_metric,
+                    detail=(
+                        f"panic: the panic window asks {panic_desired} with {ready} ready"
+                        f" (≥ {policy.panic.threshold_percent:.4g} %)"
+                    ),
+                )
+            )
         if out.exited:
             reasons.append(
                 Reason(
