@@ -103,17 +103,32 @@ class Service:
             assert self.actuator is not None and self.producer is not None
             for d in decisions:
                 actuation = await self.actuator.handle(d)
-                self._kube_ok = self._kube_ok or actuation.outcome != "failed"
                 acks.append(await self.producer.publish(self.actuations, actuation))
 
         await asyncio.gather(*(lane(ds) for ds in lanes.values()))
         await asyncio.gather(*acks)
 
+    async def _watch_kube(self, kube: Kube, every_s: float = 10.0) -> None:
+        """Readiness follows the API server: GET /version every `every_s`."""
+        while True:
+            try:
+                await kube.request("GET", "/version")
+                if not self._kube_ok:
+                    log.info("API server answers")
+                self._kube_ok = True
+            except KubeError as e:
+                if self._kube_ok:
+                    log.warning("API server not answering: %s", e)
+                self._kube_ok = False
+            await asyncio.sleep(every_s)
+
     async def run(self) -> None:
-        assert self.consumer is not None
+        assert self.consumer is not None and self.actuator is not None
+        watcher = asyncio.create_task(self._watch_kube(self.actuator.kube))
         try:
             await self.consumer.run_batches(self.handle_batch, poll_timeout_ms=200)
         finally:
+            watcher.cancel()
             self._stopped.set()
 
     async def stop(self) -> None:
