@@ -33,6 +33,7 @@ class FakeServer:
     watches: list[int] = field(default_factory=list)  # resourceVersion each watch started from
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     generation: int = 0  # bumped to drop every open watch
+    closed: bool = False
 
     def _obj(self, name: str, cpu: str) -> dict[str, Any]:
         return {
@@ -83,7 +84,7 @@ class FakeServer:
             return resp
         generation = self.generation
         sent = since
-        while generation == self.generation:
+        while generation == self.generation and not self.closed:
             for rv, kind, obj in self.history:
                 if rv > sent:
                     await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
@@ -107,6 +108,8 @@ async def server() -> AsyncIterator[tuple[FakeServer, str]]:
     try:
         yield fake, f"http://127.0.0.1:{port}"
     finally:
+        fake.closed = True
+        await fake.drop_watches()
         await runner.cleanup()
 
 
@@ -151,22 +154,22 @@ async def test_list_watch_resume_and_relist(server: tuple[FakeServer, str]) -> N
         await fake.drop_watches()
         await fake.put("a", "2")
         await eventually(lambda: r.store["a"].status.allocatable["cpu"] == "2", "MODIFIED a")
-        assert fake.lists == 2
+        assert (r.lists, fake.lists) == (1, 2)
         assert fake.watches[-1] >= 4  # resumed after d, not from the list's version
         assert seen[-1] == ("a", "1", "2")
 
         # the version is compacted away while disconnected: 410, relist, diff
         seen.clear()
-        fake.compacted = fake.rv + 100
+        fake.compacted = fake.rv + 1  # what the reflector has seen is gone
         await fake.drop_watches()
         await fake.delete("b")
         await fake.put("e", "5")
         await fake.put("c", "3")
-        await eventually(lambda: fake.lists >= 3, "a relist after 410")
-        fake.compacted = 0
-        await eventually(lambda: sorted(r.store) == ["a", "c", "d", "e"], "store after relist")
+        await eventually(lambda: r.resource_version == str(fake.rv), "watching after a relist")
+        assert r.lists == 2  # the first list and one relist (two pages each)
+        assert fake.lists == 4
+        assert sorted(r.store) == ["a", "c", "d", "e"]
         assert sorted(seen) == [("b", "1", None), ("c", "1", "3"), ("e", None, "5")]
-        assert r.resource_version == str(fake.rv)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
