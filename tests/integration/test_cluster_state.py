@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
 from governor.kube import Kube, KubeError, connect
+from governor.topics import ensure_topics
 from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -270,6 +271,8 @@ async def env(kube: Kube, kafka_bootstrap: str, kubeconfig_path: Any) -> AsyncIt
         bootstrap=kafka_bootstrap,
         kubeconfig=str(kubeconfig_path),
     )
+    # the topics exist (compacted) before anything reads them: reading would auto-create them
+    await ensure_topics(kafka_bootstrap, list(ClusterCollector(settings(e)).topics.values()))
     await kube.create("v1", "namespaces", {"metadata": {"name": e.ns}})
     # no controller-manager: the ServiceAccount admission plugin would wait for this forever
     await _create(kube, "v1", "serviceaccounts", {"metadata": {"name": "default"}}, ns=e.ns)
