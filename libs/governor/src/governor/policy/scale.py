@@ -374,7 +374,8 @@ def evaluate(
                 )
             )
 
-    # Everything below decides; build the next state from what changes.
+    # Everything below decides. One if/elif chain with a single exit: every branch sets the
+    # outcome (no early returns through a closure, which would turn the locals into cells).
     last_active = state.last_active
     hi = policy.max_replicas
     cap_binds = False
@@ -383,177 +384,172 @@ def evaluate(
     lo = policy.min_replicas if zero is None else 1
     if hi < lo:
         hi, cap_binds = lo, False
+    cooled_down = False
+    if zero is not None:
+        idle = idle_check(zero, active or bool(failing), last_active, now)
+        last_active, cooled_down = idle.last_active, idle.cooled_down
 
-    def done(
-        desired: int,
-        bound_by: Rule,
-        history: list[tuple[float, int]] | None = None,
-        panic: tuple[float | None, int, float | None] | None = None,
-        actionable: bool = True,
-    ) -> tuple[ScaleResult, ScaleState]:
-        return _finish(
-            state, current, now, events, behavior.event_horizon, failures, failing_since,
-            last_active, newest, reasons, metric_inputs, desired, bound_by, history, panic,
-            actionable,
-        )  # fmt: skip
+    history: list[tuple[float, int]] | None = None  # None: the history is left as it was
+    panic_state: tuple[float | None, int, float | None] | None = None  # None: unchanged
+    actionable = True
+    bound: Rule
 
     # --- the target's own state ---------------------------------------------------------------
     if zero is None and current == 0:
+        desired, bound, actionable = 0, "disabled", False
         reasons.append(
             Reason(
                 rule="disabled",
                 detail="the target has 0 replicas and minReplicas > 0: scaling is disabled (HPA)",
             )
         )
-        return done(0, "disabled", None, None, False)
-
-    if zero is not None:
-        idle = idle_check(zero, active or bool(failing), last_active, now)
-        last_active = idle.last_active
-        if current == 0 and not active:
-            reasons.append(
-                Reason(
-                    rule="activation",
-                    detail=(
-                        f"no fresh metric above activation threshold"
-                        f" {zero.activation_threshold:.4g}: stays at 0"
-                    ),
-                )
-            )
-            return done(0, "activation")
-        if current > 0 and idle.cooled_down:
-            reasons.append(
-                Reason(
-                    rule="scale_to_zero",
-                    detail=(
-                        f"no metric above activation threshold {zero.activation_threshold:.4g}"
-                        f" for {now - idle.last_active:.4g} s (cooldown"
-                        f" {zero.cooldown_seconds:.4g} s): to 0"
-                    ),
-                )
-            )
-            return done(0, "scale_to_zero")
-
-    if current > hi:
-        rule_hi: Rule = "cap" if cap_binds else "max"
-        reasons.append(Reason(rule=rule_hi, detail=f"current {current} above {rule_hi} {hi}"))
-        return done(hi, rule_hi)
-    if 0 < current < lo:
-        reasons.append(Reason(rule="min", detail=f"current {current} below minReplicas {lo}"))
-        return done(lo, "min")
-
-    # --- HPA's rule for invalid metrics ---------------------------------------------------------
-    if best < 0 or (invalid and best < current):
-        hold_rule: Rule = "stale_hold" if failing else "readiness"
+    elif zero is not None and current == 0 and not active:
+        desired, bound = 0, "activation"
         reasons.append(
             Reason(
-                rule=hold_rule,
+                rule="activation",
                 detail=(
-                    f"{invalid} of {len(policy.metrics)} metrics invalid"
+                    f"no fresh metric above activation threshold"
+                    f" {zero.activation_threshold:.4g}: stays at 0"
+                ),
+            )
+        )
+    elif zero is not None and current > 0 and cooled_down:
+        assert last_active is not None
+        desired, bound = 0, "scale_to_zero"
+        reasons.append(
+            Reason(
+                rule="scale_to_zero",
+                detail=(
+                    f"no metric above activation threshold {zero.activation_threshold:.4g}"
+                    f" for {now - last_active:.4g} s (cooldown {zero.cooldown_seconds:.4g} s):"
+                    " to 0"
+                ),
+            )
+        )
+    elif current > hi:
+        desired = hi
+        bound = "cap" if cap_binds else "max"
+        reasons.append(Reason(rule=bound, detail=f"current {current} above {bound} {hi}"))
+    elif 0 < current < lo:
+        desired, bound = lo, "min"
+        reasons.append(Reason(rule="min", detail=f"current {current} below minReplicas {lo}"))
+
+    # --- HPA's rule for invalid metrics ---------------------------------------------------------
+    elif best < 0 or (invalid and best < current):
+        desired = current
+        bound = "stale_hold" if failing else "readiness"
+        reasons.append(
+            Reason(
+                rule=bound,
+                detail=(
+                    f"{invalid} of {len(compiled.metrics)} metrics invalid"
                     + (f" and the rest ask for {best}" if best >= 0 else "")
                     + f": holds {current}"
                 ),
             )
         )
-        return done(current, hold_rule)
 
-    desired = best
-    bound: Rule = "tolerance" if all_within and desired == current else best_rule
-    if current == 0 and desired < 1:
-        desired = 1
-        bound = "scale_to_zero"
-        reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
+    else:
+        desired = best
+        bound = "tolerance" if all_within and desired == current else best_rule
+        if current == 0 and desired < 1:
+            desired, bound = 1, "scale_to_zero"
+            reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
 
-    # --- panic (Knative) ------------------------------------------------------------------------
-    panic_state = (state.panic_since, state.panic_max, state.panic_over_at)
-    if policy.panic is not None:
-        out = panic_step(
-            policy.panic,
-            stable_desired=desired,
-            panic_desired=panic_desired,
-            ready=ready,
-            since=state.panic_since,
-            over_at=state.panic_over_at,
-            panic_max=state.panic_max,
-            now=now,
-        )
-        panic_state = (out.since, out.panic_max, out.over_at)
-        if out.entered:
-            reasons.append(
-                Reason(
-                    rule="panic",
-                    metric=panic_metric,
-                    detail=(
-                        f"panic: the panic window asks {panic_desired} with {ready} ready"
-                        f" (≥ {policy.panic.threshold_percent:.4g} %)"
-                    ),
-                )
+        # --- panic (Knative) --------------------------------------------------------------------
+        if policy.panic is not None:
+            out = panic_step(
+                policy.panic,
+                stable_desired=desired,
+                panic_desired=panic_desired,
+                ready=ready,
+                since=state.panic_since,
+                over_at=state.panic_over_at,
+                panic_max=state.panic_max,
+                now=now,
             )
-        if out.exited:
-            reasons.append(
-                Reason(
-                    rule="panic",
-                    detail=(
-                        f"panic ends: under {policy.panic.threshold_percent:.4g} % for a stable"
-                        f" window ({policy.panic.stable_window_seconds:.4g} s)"
-                    ),
-                )
-            )
-        if out.panicking:
-            panicked = max(out.desired, current)
-            if panicked != desired:
+            panic_state = (out.since, out.panic_max, out.over_at)
+            if out.entered:
                 reasons.append(
                     Reason(
                         rule="panic",
                         metric=panic_metric,
                         detail=(
-                            f"panicking for {now - (out.since or now):.0f} s: panic window asks"
-                            f" {panic_desired}, stable {desired}, never below"
-                            f" {max(out.panic_max, current)}"
+                            f"panic: the panic window asks {panic_desired} with {ready} ready"
+                            f" (≥ {policy.panic.threshold_percent:.4g} %)"
                         ),
                     )
                 )
-                desired, bound = panicked, "panic"
+            if out.exited:
+                reasons.append(
+                    Reason(
+                        rule="panic",
+                        detail=(
+                            f"panic ends: under {policy.panic.threshold_percent:.4g} % for a"
+                            f" stable window ({policy.panic.stable_window_seconds:.4g} s)"
+                        ),
+                    )
+                )
+            if out.since is not None:
+                panicked = max(out.desired, current)
+                if panicked != desired:
+                    reasons.append(
+                        Reason(
+                            rule="panic",
+                            metric=panic_metric,
+                            detail=(
+                                f"panicking for {now - out.since:.0f} s: panic window asks"
+                                f" {panic_desired}, stable {desired}, never below"
+                                f" {max(out.panic_max, current)}"
+                            ),
+                        )
+                    )
+                    desired, bound = panicked, "panic"
 
-    # --- stabilization and rate limits (HPA behavior) -------------------------------------------
-    history = state.recommendations
-    if not history and behavior.horizon > 0:
-        # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
-        history = [(now, current)]
-    st = stabilize(history, current, desired, now, behavior.up.window, behavior.down.window)
-    new_history = record(history, desired, now, step_seconds, behavior.horizon)
-    if st.replicas != desired:
-        if desired < current or st.replicas > desired:
-            detail = (
-                f"stabilization window {behavior.down.window:.4g} s holds {st.replicas}"
-                f" (max of recommendations) over {desired}"
-            )
-        else:
-            detail = (
-                f"stabilization window {behavior.up.window:.4g} s holds {st.replicas}"
-                f" (min of recommendations) under {desired}"
-            )
-        reasons.append(Reason(rule="stabilization", detail=detail))
-        desired, bound = st.replicas, "stabilization"
+        # --- stabilization and rate limits (HPA behavior) ---------------------------------------
+        past = state.recommendations
+        if not past and behavior.horizon > 0:
+            # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
+            past = [(now, current)]
+        st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
+        history = record(past, desired, now, step_seconds, behavior.horizon)
+        if st.replicas != desired:
+            if desired < current or st.replicas > desired:
+                detail = (
+                    f"stabilization window {behavior.down.window:.4g} s holds {st.replicas}"
+                    f" (max of recommendations) over {desired}"
+                )
+            else:
+                detail = (
+                    f"stabilization window {behavior.up.window:.4g} s holds {st.replicas}"
+                    f" (min of recommendations) under {desired}"
+                )
+            reasons.append(Reason(rule="stabilization", detail=detail))
+            desired, bound = st.replicas, "stabilization"
 
-    limited = limit_rate(current, desired, lo, hi, events, behavior, now)
-    if limited.rule is not None:
-        rule2: Rule = limited.rule
-        if rule2 == "max" and cap_binds:
-            rule2 = "cap"
-        if rule2 in ("rate_limit", "disabled"):
-            direction = "scaleUp" if desired > current else "scaleDown"
-            detail = _rate_detail(direction, current, limited.limit, behavior, events, now)
-        elif rule2 == "min":
-            detail = f"minReplicas {lo} holds {limited.replicas} over {desired}"
-        else:
-            detail = f"{rule2} {hi} holds {limited.replicas} under {desired}"
-        reasons.append(Reason(rule=rule2, detail=detail))
-        desired, bound = limited.replicas, rule2
+        limited = limit_rate(current, desired, lo, hi, events, behavior, now)
+        if limited.rule is not None:
+            rule2: Rule = limited.rule
+            if rule2 == "max" and cap_binds:
+                rule2 = "cap"
+            if rule2 in ("rate_limit", "disabled"):
+                direction = "scaleUp" if desired > current else "scaleDown"
+                detail = _rate_detail(direction, current, limited.limit, behavior, events, now)
+            elif rule2 == "min":
+                detail = f"minReplicas {lo} holds {limited.replicas} over {desired}"
+            else:
+                detail = f"{rule2} {hi} holds {limited.replicas} under {desired}"
+            reasons.append(Reason(rule=rule2, detail=detail))
+            desired, bound = limited.replicas, rule2
 
-    if current == 0 and desired < 1:
-        # A rate limit with only Percent policies cannot grow from 0; KEDA's 0 → 1 is its own step.
-        desired, bound = 1, "scale_to_zero"
-        reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
+        if current == 0 and desired < 1:
+            # Percent-only policies cannot grow from 0; KEDA's 0 → 1 is a step of its own.
+            desired, bound = 1, "scale_to_zero"
+            reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
 
-    return done(desired, bound, new_history, panic_state)
+    return _finish(
+        state, current, now, events, behavior.event_horizon, failures, failing_since,
+        last_active, newest, reasons, metric_inputs, desired, bound, history, panic_state,
+        actionable,
+    )  # fmt: skip
