@@ -11,15 +11,16 @@ whole window.
   with the reason in headers.
 - The window state lives in a faust Table with a changelog topic, so a restarted or rebalanced
   worker recovers it. The store is `memory://` by default, `rocksdb://` (rocksdict) as an option.
-- At-least-once: after a crash, samples after the last committed offset are processed again and
-  may count twice in an open window (they can not in a closed one: closed windows are final).
+- Exactly-once windows over at-least-once delivery: the table value carries the last source
+  offset applied, so samples redelivered after a crash or a rebalance are skipped. A closed
+  window may be published twice then; the decider keeps the newest view of each window.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 import faust
 import msgspec
@@ -36,6 +37,7 @@ from governor.bus import (
     _Decoder,
     codec_for,
 )
+from governor.events import WindowKind
 from governor.settings import KafkaSettings, load_settings
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
@@ -70,16 +72,32 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     http_port: int = 8082
     log_level: str = "INFO"
     data_dir: str = "/tmp/governor-aggregator"
+    # Where a NEW consumer group starts. A restarted one resumes from its commits either way;
+    # a fresh deployment has no use for the samples retained from before it existed.
+    auto_offset_reset: Literal["latest", "earliest"] = "latest"
 
 
-_SERIES_ENC = msgspec.msgpack.Encoder()
-_SERIES_DEC = msgspec.msgpack.Decoder(SeriesWindows)
+class MetricWindows(msgspec.Struct, array_like=True):
+    """The table value of one (workload, metric): both windows and the last source offset.
+
+    `offset` makes reprocessing idempotent: after a rebalance or a crash the new owner restores
+    this value from the changelog and skips every sample at or below it (one key lives in one
+    partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
+    """
+
+    offset: int
+    stable: SeriesWindows
+    panic: SeriesWindows
+
+
+_STATE_ENC = msgspec.msgpack.Encoder()
+_STATE_DEC = msgspec.msgpack.Decoder(MetricWindows)
 _LOAD = codec_for(events.LOAD)
 _SEP = "\x1f"
 
 
-def series_key(workload: str, metric: str, window: str) -> str:
-    return f"{workload}{_SEP}{metric}{_SEP}{window}"
+def series_key(workload: str, metric: str) -> str:
+    return f"{workload}{_SEP}{metric}"
 
 
 class _Record:
@@ -109,10 +127,15 @@ def build_app(s: AggregatorSettings) -> faust.App:
         topic_allow_declare=True,
         web_enabled=False,
         producer_acks=-1,
-        consumer_auto_offset_reset="earliest",
+        consumer_auto_offset_reset=s.auto_offset_reset,
         broker_commit_every=200,
         broker_commit_interval=1.0,
         table_cleanup_interval=60.0,
+        # Everything is bytes encoded by governor's codecs; faust's own (JSON) codec would also
+        # be used to read the changelog back during recovery, so it must be raw everywhere.
+        key_serializer="raw",
+        value_serializer="raw",
+        producer_threaded=True,
     )
     specs: dict[str, WindowSpec] = {
         "stable": hopping(
@@ -128,10 +151,11 @@ def build_app(s: AggregatorSettings) -> faust.App:
         "governor-aggregator-series",
         default=None,
         partitions=events.METRICS.partitions,
-        schema=faust.Schema(key_type=bytes, value_type=bytes, **raw),
+        key_type=bytes,
+        value_type=bytes,
     )
     decoder = _Decoder(events.METRICS)
-    dirty: dict[str, SeriesWindows] = {}
+    dirty: dict[str, MetricWindows] = {}
 
     async def publish(window: events.LoadWindow) -> None:
         await load_topic.send(
@@ -167,20 +191,29 @@ def build_app(s: AggregatorSettings) -> faust.App:
                 await dead_letter(rec, err)
                 continue
             assert sample is not None
-            for kind, spec in specs.items():
-                key = series_key(sample.workload, sample.metric, kind)
-                stored = table.get(key.encode())
-                series = _SERIES_DEC.decode(stored) if stored else SeriesWindows(spec=spec)
-                series, closed, late = ingest(series, sample.value, sample.timestamp)
-                table[key.encode()] = _SERIES_ENC.encode(series)
-                dirty[key] = series
+            key = series_key(sample.workload, sample.metric)
+            stored = table.get(key.encode())
+            state = (
+                _STATE_DEC.decode(stored)
+                if stored
+                else MetricWindows(
+                    -1, SeriesWindows(spec=specs["stable"]), SeriesWindows(spec=specs["panic"])
+                )
+            )
+            if rec.offset <= state.offset:
+                SAMPLES.labels("duplicate").inc()
+                continue
+            stable, closed_stable, late = ingest(state.stable, sample.value, sample.timestamp)
+            panic, closed_panic, _ = ingest(state.panic, sample.value, sample.timestamp)
+            state = MetricWindows(rec.offset, stable, panic)
+            table[key.encode()] = _STATE_ENC.encode(state)
+            dirty[key] = state
+            for kind, closed in (("stable", closed_stable), ("panic", closed_panic)):
                 for acc in closed:
                     await publish(
                         to_load_window(acc, sample.workload, sample.metric, kind, closed=True)
                     )
-                if late and kind == "stable":
-                    SAMPLES.labels("late").inc()
-            SAMPLES.labels("ok").inc()
+            SAMPLES.labels("late" if late else "ok").inc()
             yield None
 
     @app.timer(interval=s.publish_interval_ms / 1000.0)
@@ -190,12 +223,14 @@ def build_app(s: AggregatorSettings) -> faust.App:
         pending = list(dirty.items())
         dirty.clear()
         SERIES.set(len(table))
-        for key, series in pending:
-            workload, metric, kind = key.split(_SEP)
-            newest = series.newest if series.newest is not None else time.time()
-            acc = estimate(series, newest)
-            if acc is not None:
-                await publish(to_load_window(acc, workload, metric, kind, closed=False))  # type: ignore[arg-type]
+        for key, state in pending:
+            workload, metric = key.split(_SEP)
+            for kind, series in (("stable", state.stable), ("panic", state.panic)):
+                newest = series.newest if series.newest is not None else time.time()
+                acc = estimate(series, newest)
+                if acc is not None:
+                    window: WindowKind = "stable" if kind == "stable" else "panic"
+                    await publish(to_load_window(acc, workload, metric, window, closed=False))
 
     def ready() -> bool:
         return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())

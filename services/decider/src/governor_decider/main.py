@@ -86,6 +86,8 @@ class Decider:
             [events.LOAD],
             group_id=settings.group_id,
             client_id="governor-decider",
+            # A new group starts at the newest windows; a restarted one resumes from its commits.
+            auto_offset_reset="latest",
             dlq_producer=self.producer,
         )
         self.journal = Journal(Path(settings.journal)) if settings.journal else None
