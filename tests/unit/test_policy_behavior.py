@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from governor.policy.behavior import (
     DEFAULT_BEHAVIOR,
@@ -380,9 +382,9 @@ NORMALIZE_WITH_BEHAVIOR = [
     ("no scale up stabilization, reuse recommendation element", [(10, 600), (9, 540)], 1, 100,
      100, [100], 0, 0),
     ("scale down stabilization, reuse one of obsolete recommendation element",
-     [(10, 600), (4, 60), (5, 120), (9, 540)], 100, 3, 5, [4, 5, 3], 0, 180),
+     [(10, 600), (4, 60), (5, 120), (9, 540)], 100, 3, 5, [5, 4, 3], 0, 180),
     ("scale up stabilization, reuse one of obsolete recommendation element",
-     [(10, 6000), (6, 60), (5, 120), (9, 180)], 1, 100, 5, [6, 5, 9, 100], 300, 0),
+     [(10, 6000), (6, 60), (5, 120), (9, 180)], 1, 100, 5, [9, 5, 6, 100], 300, 0),
 ]  # fmt: skip
 
 
@@ -401,7 +403,8 @@ def test_TestNormalizeDesiredReplicasWithBehavior(
     up_window: int,
     down_window: int,
 ) -> None:
-    history = [(NOW - age, value) for value, age in recs]
+    # governor keeps its history in time order (upstream's slice is in slot order).
+    history = sorted((NOW - age, value) for value, age in recs)
     got = stabilize(history, current, desired, NOW, up_window, down_window)
     assert got.replicas == want
     stored = record(history, desired, NOW, 15.0, max(up_window, down_window))
@@ -418,7 +421,7 @@ def test_TestNormalizeDesiredReplicas_legacy_down_window() -> None:
         ([(10, 600), (4, 60), (5, 120), (9, 540)], 3, 5),
     ]
     for recs, desired, want in cases:
-        history = [(NOW - age, value) for value, age in recs]
+        history = sorted((NOW - age, value) for value, age in recs)
         assert stabilize(history, 100, desired, NOW, 0, 300).replicas == want
 
 
@@ -458,3 +461,46 @@ def test_bucketing_preserves_both_windows_answers() -> None:
 def test_history_is_pruned_past_the_longest_window() -> None:
     history = [(NOW - 400.0, 9), (NOW - 299.0, 8)]
     assert record(history, 3, NOW, 15.0, 300.0) == [(NOW - 299.0, 8), (NOW, 3)]
+
+
+def _naive_stabilize(
+    history: list[tuple[float, int]], current: int, desired: int, up_w: float, down_w: float
+) -> tuple[int, int, int]:
+    """HPA's loop, verbatim: the reference the bisecting implementation must match."""
+    up = down = desired
+    for t, r in history:
+        if t > NOW - up_w:
+            up = min(up, r)
+        if t > NOW - down_w:
+            down = max(down, r)
+    return min(max(current, up), down), up, down
+
+
+entries = st.lists(
+    st.tuples(st.floats(min_value=NOW - 400, max_value=NOW), st.integers(0, 50)), max_size=40
+)
+
+
+@given(
+    history=entries,
+    current=st.integers(0, 50),
+    desired=st.integers(0, 50),
+    up_w=st.sampled_from([0.0, 15.0, 60.0, 300.0]),
+    down_w=st.sampled_from([0.0, 15.0, 60.0, 300.0]),
+)
+def test_stabilize_matches_hpas_loop(
+    history: list[tuple[float, int]], current: int, desired: int, up_w: float, down_w: float
+) -> None:
+    history.sort()
+    got = stabilize(history, current, desired, NOW, up_w, down_w)
+    assert (got.replicas, got.up_limit, got.down_limit) == _naive_stabilize(
+        history, current, desired, up_w, down_w
+    )
+
+
+@given(times=st.lists(st.floats(min_value=NOW - 100, max_value=NOW + 100), max_size=30))
+def test_record_keeps_time_order_even_when_the_clock_goes_back(times: list[float]) -> None:
+    history: list[tuple[float, int]] = []
+    for i, t in enumerate(times):
+        history = record(history, i, t, 15.0, 300.0)
+        assert history == sorted(history, key=lambda e: e[0])

@@ -23,7 +23,9 @@ positive and negative halves, and periodStart = current − added + removed = cu
 from __future__ import annotations
 
 import math
+from bisect import bisect_right, insort
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Literal
 
 from governor.policy.replicas import DEFAULT_TOLERANCE, Tolerances
@@ -33,6 +35,8 @@ SelectPolicy = Literal["Max", "Min", "Disabled"]
 PolicyType = Literal["Pods", "Percent"]
 
 Entry = tuple[float, int]
+_time = itemgetter(0)
+_replicas = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +141,21 @@ def stabilize(
 ) -> Stabilized:
     """stabilizeRecommendationWithBehaviors: current clamped into [min up-window, max down-window].
 
-    Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`).
+    Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`). The
+    history is in time order (record keeps it so), so each window is a suffix found by bisection.
     """
-    up_cutoff = now - up_window
-    down_cutoff = now - down_window
-    # Comprehensions rather than one loop: this runs on every evaluation (C-speed filtering).
-    up = min([r for t, r in history if t > up_cutoff], default=desired)
-    if up > desired:
-        up = desired
-    down = max([r for t, r in history if t > down_cutoff], default=desired)
-    if down < desired:
-        down = desired
+    up = desired
+    i = bisect_right(history, now - up_window, key=_time)
+    if i < len(history):
+        lowest = min(history[i:], key=_replicas)[1]
+        if lowest < up:
+            up = lowest
+    down = desired
+    i = bisect_right(history, now - down_window, key=_time)
+    if i < len(history):
+        highest = max(history[i:], key=_replicas)[1]
+        if highest > down:
+            down = highest
     replicas = current
     if replicas < up:
         replicas = up
@@ -159,22 +167,24 @@ def stabilize(
 def record(
     history: list[Entry], desired: int, now: float, step: float, horizon: float
 ) -> list[Entry]:
-    """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step."""
-    cutoff = now - horizon
-    # The history is in time order (`now` does not go back): prune only when its first entry is
-    # out. Out of order, pruning is merely late; the windows filter by time either way.
-    if history and history[0][0] <= cutoff:
-        out = [e for e in history if e[0] > cutoff]
-    else:
-        out = list(history)
+    """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step.
+
+    Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
+    """
+    out = history[bisect_right(history, now - horizon, key=_time) :]
     bucket = now // step
     lo = hi = desired
-    while out and out[-1][0] // step == bucket:
+    while out and out[-1][0] <= now and out[-1][0] // step == bucket:
         r = out.pop()[1]
         if r < lo:
             lo = r
         elif r > hi:
             hi = r
+    if out and out[-1][0] > now:
+        insort(out, (now, lo), key=_time)
+        if hi != lo:
+            insort(out, (now, hi), key=_time)
+        return out
     out.append((now, lo))
     if hi != lo:
         out.append((now, hi))
