@@ -361,3 +361,11 @@ def test_entering_panic_is_explained() -> None:
 def test_step_seconds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="step_seconds"):
         evaluate(policy(), inputs(1, T0, load=1.0), ScaleState(), T0, step_seconds=0)
+
+
+def test_unready_pods_holding_a_scale_up_are_named() -> None:
+    # TestReplicaCalcScaleUpUnreadyNoScale: 40 % on the one ready pod of 3, target 30 %.
+    spec = policy(metric("cpu", "Utilization", 30.0))
+    r, _ = step(spec, ScaleState(), 3, T0, ready=1, cpu=40.0)
+    assert (r.desired, r.bound_by) == (3, "readiness")
+    assert "2 unready at 0 %" in r.reasons[0].detail

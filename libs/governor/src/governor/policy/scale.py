@@ -310,6 +310,14 @@ def evaluate(
                 f" holds {current}"
             )
             desired = current
+        elif kind == "Utilization" and desired == current and ready < current and ratio > 1.0:
+            # HPA's unready rule: counting unready pods at 0 % left the change in the band or
+            # flipped its direction.
+            rule = "readiness"
+            detail = (
+                f"ratio {ratio:.4g} over {ready} ready; with {current - ready} unready at 0 %"
+                f" no scale-up: holds {current}"
+            )
         elif current and desired == current and tol.within(ratio):
             rule = "tolerance"
             detail = (
