@@ -8,6 +8,7 @@ reasons. Every refusal changes nothing and is recorded on the actuations topic.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from collections.abc import AsyncIterator
@@ -352,6 +353,8 @@ async def test_targets_scaled_by_hpa_or_keda_are_refused(
         hpa(ns, f"{name}-hpa", name) if owner == "hpa" else scaled_object(ns, f"{name}-so", name)
     )
     await kube.apply(other, field_manager="tests")
+    # the actuator reuses a namespace's HPA/ScaledObject lists for owner_ttl_seconds (0.2 here)
+    await asyncio.sleep(2 * stack.config["owner_ttl_seconds"])
     d = await stack.send(decision(f"{ns}/Deployment/{name}", 1, 5, policy=f"{ns}/{name}"))
     a = await stack.outcome(d)
     assert a.outcome == "refused" and a.reason.startswith(f"{code}:"), a

@@ -184,7 +184,32 @@ async def install_base_rbac(kube: Kube, allowed: Iterable[str]) -> list[dict[str
             rb = {**rb, "metadata": {**rb["metadata"], "namespace": ns}}
             chosen.append(rb)
     await apply_all(kube, chosen)
+    # the RBAC authorizer sees new bindings through an informer: wait until they are in effect
+    for ns in allowed:
+        await eventually(lambda n=ns: _assert_allowed(kube, n), within_s=20, interval=0.1)
     return chosen
+
+
+async def _assert_allowed(kube: Kube, namespace: str) -> None:
+    review = await kube.create(
+        "authorization.k8s.io/v1",
+        "subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{SYSTEM_NS}:{ACTUATOR_SA}",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "resourceAttributes": {
+                    "verb": "patch",
+                    "resource": "deployments",
+                    "group": "apps",
+                    "namespace": namespace,
+                },
+            },
+        },
+    )
+    assert review["status"].get("allowed"), review["status"]
 
 
 async def service_account_kubeconfig(

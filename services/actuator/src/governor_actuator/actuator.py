@@ -520,7 +520,14 @@ class Actuator:
 
 
 def _fence_lost(e: KubeError) -> bool:
-    """A failed JSON patch `test` (422) or a write conflict (409): another writer moved first."""
+    """A failed JSON patch `test` (the fence moved: another writer was first) or a write conflict.
+
+    The API server answers a failed `test` op with a bare 422: reason Invalid, the message "the
+    server rejected our request due to an error in our request" and NO details -- unlike a
+    validation error (a bad value, a CEL rule of the target's CRD), whose details list the causes
+    by field. So a 422 without causes means the patch could not be applied to the object as it
+    is now: re-read it and plan again (which refuses a decision the other writer made stale).
+    """
     if e.status == 409:
         return True
-    return e.status == 422 and "test" in e.message.lower() and "fail" in e.message.lower()
+    return e.status == 422 and not e.details.get("causes")
