@@ -369,3 +369,38 @@ def test_unready_pods_holding_a_scale_up_are_named() -> None:
     r, _ = step(spec, ScaleState(), 3, T0, ready=1, cpu=40.0)
     assert (r.desired, r.bound_by) == (3, "readiness")
     assert "2 unready at 0 %" in r.reasons[0].detail
+
+
+# --- horizontal_test.go controller cases --------------------------------------------------------
+
+
+def test_TestScaleUpRCImmediately() -> None:
+    spec = policy(metric("cpu", "Utilization", 80.0), min_replicas=2, max_replicas=6)
+    r, state = step(spec, ScaleState(), 1, T0, cpu=0.0)
+    assert (r.desired, r.bound_by) == (2, "min")
+    assert state.recommendations == []  # HPA records no recommendation on this path
+
+
+def test_TestScaleDownRCImmediately() -> None:
+    spec = policy(metric("cpu", "Utilization", 50.0), min_replicas=2, max_replicas=5)
+    r, _ = step(spec, ScaleState(), 6, T0, cpu=616.0)
+    assert (r.desired, r.bound_by) == (5, "max")
+
+
+def test_TestStabilizeDownscale() -> None:
+    spec = policy(metric("cpu", "Utilization", 100.0), max_replicas=5)
+    state = ScaleState(recommendations=[(T0 - 600, 10), (T0 - 60, 4)])
+    r, state = step(spec, state, 4, T0, cpu=50.0)
+    assert (r.desired, r.bound_by) == (4, "stabilization")
+    assert [v for _, v in state.recommendations] == [4, 2]
+
+
+def test_TestNoBackoffUpscaleCMNoBackoffCpu() -> None:
+    spec = policy(
+        metric("cpu", "Utilization", 10.0),
+        metric("qps", "AverageValue", 15.0),
+        max_replicas=5,
+    )
+    # CPU 20/10/30 cores on 1-core requests: 2000 %; qps 60 in total.
+    r, _ = step(spec, ScaleState(), 3, T0, cpu=2000.0, qps=60.0)
+    assert (r.desired, r.bound_by) == (5, "max")
