@@ -272,6 +272,11 @@ class DeciderCheckpoint(Event):
     last_newest_input: float = 0.0
     scale_state: bytes = b""
     updated_at: float = 0.0
+    # Elastic training jobs: msgpack of `governor.policy.elastic.ElasticState` (last resize, ...).
+    elastic_state: bytes = b""
+    # A pool's checkpoint (workload = "pool:<name>"): msgpack of its last
+    # `governor.policy.allocate.Allocation`, handed back to `allocate` as `previous`.
+    allocation: bytes = b""
 
 
 # --- the table --------------------------------------------------------------------------------
