@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Literal
 
+import msgspec
+
 from governor.policy.replicas import DEFAULT_TOLERANCE, Tolerances
 from governor.spec import Behavior, HPAScalingRules
 
@@ -124,8 +126,7 @@ def resolve(behavior: Behavior | None) -> ResolvedBehavior:
 # --- stabilization ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Stabilized:
+class Stabilized(msgspec.Struct, frozen=True):
     replicas: int
     up_limit: int  # min over the up-window (the current recommendation included)
     down_limit: int  # max over the down-window (the current recommendation included)
@@ -147,13 +148,14 @@ def stabilize(
     up = desired
     i = bisect_right(history, now - up_window, key=_time)
     if i < len(history):
-        lowest = min(history[i:], key=_replicas)[1]
+        lowest = min(history[i:] if i else history, key=_replicas)[1]
         if lowest < up:
             up = lowest
     down = desired
     i = bisect_right(history, now - down_window, key=_time)
     if i < len(history):
-        highest = max(history[i:], key=_replicas)[1]
+        # Slicing copies; the down-window usually spans the whole (pruned) history.
+        highest = max(history[i:] if i else history, key=_replicas)[1]
         if highest > down:
             down = highest
     replicas = current
@@ -229,8 +231,7 @@ def scale_down_limit(current: int, events: list[Entry], rules: Rules, now: float
     return current if result is None else result
 
 
-@dataclass(frozen=True, slots=True)
-class Limited:
+class Limited(msgspec.Struct, frozen=True):
     replicas: int
     # None when the desired count was within range; else what bound it.
     rule: Literal["rate_limit", "disabled", "min", "max"] | None

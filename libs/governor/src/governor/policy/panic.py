@@ -17,13 +17,12 @@ Knative clamps dspc/dppc to its own scale-up/down rates; governor leaves rates t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from governor.spec import PanicSpec
 
 
-@dataclass(frozen=True, slots=True)
-class PanicOutcome:
+class PanicOutcome(msgspec.Struct, frozen=True):
     desired: int
     since: float | None
     over_at: float | None

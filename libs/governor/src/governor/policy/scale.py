@@ -159,24 +159,24 @@ def _finish(
     desired: int,
     bound_by: Rule,
     history: list[tuple[float, int]] | None,
-    panic: tuple[float | None, int, float | None] | None,
+    panic_since: float | None,
+    panic_max: int,
+    panic_over_at: float | None,
     actionable: bool,
 ) -> tuple[ScaleResult, ScaleState]:
     """The result and the next state; a decision to change is recorded as a scale event."""
-    if panic is None:
-        panic = (state.panic_since, state.panic_max, state.panic_over_at)
     if actionable and desired != current:
         events = record_event(events, now, desired - current, now, event_horizon)
     new_state = ScaleState(
         state.recommendations if history is None else history,
         events,
-        panic[0],
-        panic[1],
+        panic_since,
+        panic_max,
         failures,
         last_active,
         desired if actionable else current,
         failing_since,
-        panic[2],
+        panic_over_at,
     )
     result = ScaleResult(
         desired=desired,
@@ -243,7 +243,7 @@ def evaluate(
     best = -1
     best_rule: Rule = "metric"
     invalid = 0
-    failing: list[str] = []
+    failing: list[str] | None = None  # allocated only when a metric fails
     failing_age = 0.0
     panic_desired: int | None = None
     panic_metric: str | None = None
@@ -261,7 +261,10 @@ def evaluate(
             newest = sample_at
         age = now - sample_at if sample_at is not None else 0.0
         if value is None or age > m.stale_after:
-            failing.append(name)
+            if failing is None:
+                failing = [name]
+            else:
+                failing.append(name)
             if age > failing_age:
                 failing_age = age
             metric_inputs.append(
@@ -394,11 +397,11 @@ def evaluate(
         hi, cap_binds = lo, False
     cooled_down = False
     if zero is not None:
-        idle = idle_check(zero, active or bool(failing), last_active, now)
+        idle = idle_check(zero, active or failing is not None, last_active, now)
         last_active, cooled_down = idle.last_active, idle.cooled_down
 
     history: list[tuple[float, int]] | None = None  # None: the history is left as it was
-    panic_state: tuple[float | None, int, float | None] | None = None  # None: unchanged
+    panic_since, panic_max, panic_over_at = state.panic_since, state.panic_max, state.panic_over_at
     actionable = True
     bound: Rule
 
@@ -477,7 +480,7 @@ def evaluate(
                 panic_max=state.panic_max,
                 now=now,
             )
-            panic_state = (out.since, out.panic_max, out.over_at)
+            panic_since, panic_max, panic_over_at = out.since, out.panic_max, out.over_at
             if out.entered:
                 reasons.append(
                     Reason(
@@ -558,6 +561,6 @@ def evaluate(
 
     return _finish(
         state, current, now, events, behavior.event_horizon, failures, failing_since,
-        last_active, newest, reasons, metric_inputs, desired, bound, history, panic_state,
-        actionable,
+        last_active, newest, reasons, metric_inputs, desired, bound, history, panic_since,
+        panic_max, panic_over_at, actionable,
     )  # fmt: skip

@@ -11,7 +11,7 @@ been above it for `cooldownSeconds` (`lastActiveTime + cooldown < now`). Two del
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from governor.spec import ScaleToZeroSpec
 
@@ -20,8 +20,7 @@ def above_activation(spec: ScaleToZeroSpec, value: float | None) -> bool:
     return value is not None and value > spec.activation_threshold
 
 
-@dataclass(frozen=True, slots=True)
-class Idle:
+class Idle(msgspec.Struct, frozen=True):
     """Whether the cooldown has run out, and when activity was last seen (the new state)."""
 
     cooled_down: bool
