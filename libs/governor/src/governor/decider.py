@@ -15,6 +15,20 @@ Rules it keeps:
 - seq is per workload and only grows; a decision never uses older input than the last one did;
 - before a decision, a checkpoint (seq, history, rate-limit events, panic state) is emitted:
   the service writes it, waits for the acknowledgement, then publishes the decision.
+
+Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it
+(`on_node`). Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation
+per workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of
+a load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
+every workload of such pools, then `decide_pool` once per pool), and emits a decision only for a
+workload whose target differs from what it runs or was last asked for — the same
+in-flight/retry rules as stage 1. A pool without nodes in the cluster table keeps today's
+bounds-only path, decided on the event itself. Elastic training jobs are restart-damped on both
+paths (`policy.elastic`). The pool's previous Allocation is kept in memory and checkpointed
+(workload "pool:<name>") before the decisions it allows; the shortfalls published are
+remembered in memory only (after a restart the current ones are published once more).
+Stage 2 assumes this instance sees every workload of the pool it decides (one decider per set of
+pools); a workload of the pool never recommended yet is not in the allocation.
 """
 
 from __future__ import annotations
@@ -27,17 +41,31 @@ import msgspec
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
+    NodeState,
+    Reason,
     Recommendation,
     ScaleDecision,
+    Shortfall,
     WorkloadState,
 )
+from governor.policy import elastic as el
 from governor.policy import evaluate
+from governor.policy.allocate import Allocation
+from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
 from governor.policy.stages import WindowKey, bound, newer, observe, recommend
-from governor.policy.types import ScaleInputs, ScaleState
+from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.spec import ScalingPolicy
 
 _STATE_ENCODER = msgspec.msgpack.Encoder()
 _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
+_ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
+_ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
+POOL_PREFIX = "pool:"
+
+
+def pool_key(pool: str) -> str:
+    """The checkpoint key of a pool's allocation (the decider-state topic is keyed by workload)."""
+    return POOL_PREFIX + pool
 
 
 @dataclass
@@ -48,16 +76,41 @@ class _Memory:
     last_decided_at: float = 0.0
     last_newest_input: float = 0.0
     last_checkpoint_at: float = float("-inf")
+    elastic: el.ElasticState = field(default_factory=el.ElasticState)
+
+
+@dataclass
+class _PoolMemory:
+    allocation: Allocation | None = None
+    seq: int = 0
+    shortfalls: dict[str, ShortKey] = field(default_factory=dict)  # last published per workload
 
 
 @dataclass
 class Outputs:
-    """What one evaluation asks the service to publish, in this order."""
+    """What one evaluation asks the service to publish, in this order.
+
+    Stage 1 fills `checkpoint`, `recommendation` and `decision`; a pool's stage 2 fills the lists:
+    first every checkpoint (acknowledged), then the decisions, then the shortfalls.
+    """
 
     checkpoint: DeciderCheckpoint | None = None
     recommendation: Recommendation | None = None
     decision: ScaleDecision | None = None
     note: str = ""  # why nothing was decided, for logs
+    checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
+    decisions: list[ScaleDecision] = field(default_factory=list)
+    shortfalls: list[Shortfall] = field(default_factory=list)
+
+
+@dataclass
+class _Stage1:
+    policy: ScalingPolicy
+    observed: WorkloadState
+    mem: _Memory
+    current: int
+    result: ScaleResult
+    rec: Recommendation
 
 
 @dataclass
@@ -65,11 +118,18 @@ class DeciderCore:
     step_seconds: float = 15.0
     pending_grace: float = 60.0
     checkpoint_every: float = 5.0
+    # Stage 2's hysteresis margin (allocate's `margin`). 0 by default: stage 1 already applies the
+    # policy's tolerance band, and a second band would hold a service below its damped desire
+    # even with free room; equal demands still keep the previous allocation and its placement.
+    allocation_margin: float = 0.0
     policies: dict[str, ScalingPolicy] = field(default_factory=dict)  # by workload id
     policy_keys: dict[str, str] = field(default_factory=dict)  # namespace/name -> workload id
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
     windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
     memory: dict[str, _Memory] = field(default_factory=dict)
+    nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
+    recommendations: dict[str, dict[str, Recommendation]] = field(default_factory=dict)  # by pool
+    pools: dict[str, _PoolMemory] = field(default_factory=dict)
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -78,6 +138,8 @@ class DeciderCore:
         old = self.policy_keys.pop(key, None)
         if old is not None:
             self.policies.pop(old, None)
+            for recs in self.recommendations.values():
+                recs.pop(old, None)
         if policy is not None:
             self.policies[policy.workload] = policy
             self.policy_keys[key] = policy.workload
@@ -93,8 +155,26 @@ class DeciderCore:
         if newer(series.get(key), window):
             series[key] = window
 
+    def on_node(self, node: NodeState) -> None:
+        """A node of the cluster table (topic governor.cluster): capacity, devices, health."""
+        self.nodes[node.node] = node
+
+    def on_node_deleted(self, name: str) -> None:
+        """A node's tombstone on the cluster table."""
+        self.nodes.pop(name, None)
+
     def on_checkpoint(self, cp: DeciderCheckpoint) -> None:
         """Restore after a restart; never goes back to an older checkpoint."""
+        if cp.workload.startswith(POOL_PREFIX):
+            pool = cp.workload.removeprefix(POOL_PREFIX)
+            known = self.pools.get(pool)
+            if known is not None and known.seq > cp.seq:
+                return
+            self.pools[pool] = _PoolMemory(
+                allocation=_ALLOCATION_DECODER.decode(cp.allocation) if cp.allocation else None,
+                seq=cp.seq,
+            )
+            return
         mem = self.memory.get(cp.workload)
         if mem is not None and mem.seq > cp.seq:
             return
@@ -105,11 +185,25 @@ class DeciderCore:
             last_decided_at=cp.last_decided_at,
             last_newest_input=cp.last_newest_input,
             last_checkpoint_at=cp.updated_at,
+            elastic=_ELASTIC_DECODER.decode(cp.elastic_state)
+            if cp.elastic_state
+            else el.ElasticState(),
         )
 
     # --- evaluation -----------------------------------------------------------------------
 
-    def decide(self, workload: str, now: float) -> Outputs:
+    def has_inventory(self, pool: str) -> bool:
+        """Whether the cluster table holds a node of this pool (then stage 2 allocates)."""
+        return any(n.pool == pool for n in self.nodes.values())
+
+    def inventory_pools(self) -> list[str]:
+        return sorted({n.pool for n in self.nodes.values()})
+
+    def pool_of(self, workload: str) -> str | None:
+        policy = self.policies.get(workload)
+        return policy.spec.pool if policy is not None else None
+
+    def _stage1(self, workload: str, now: float) -> _Stage1 | Outputs:
         policy = self.policies.get(workload)
         if policy is None:
             return Outputs(note="no policy")
@@ -117,57 +211,184 @@ class DeciderCore:
         if observed is None:
             return Outputs(note="no WorkloadState yet: not acting")
         mem = self.memory.setdefault(workload, _Memory())
+        current = self._current(mem, observed, now)
+        seen = msgspec.structs.replace(observed, spec_replicas=current)
+        windows = self.windows.get(workload, {})
+        observations = observe(policy.spec, windows)
+        inputs = ScaleInputs(workload=seen, observations=observations)
+        result, mem.state = evaluate(
+            policy.spec, inputs, mem.state, now, step_seconds=self.step_seconds
+        )
+        if policy.spec.elastic is not None:
+            tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
+            if tput is not None and tput.count and observed.ready_replicas == current:
+                mem.elastic = el.measured(mem.elastic, current, tput.mean)
+        if not result.actionable:
+            return Outputs(note=", ".join(r.detail or r.rule for r in result.reasons))
+        rec = recommend(policy, seen, result, now)
+        return _Stage1(policy, observed, mem, current, result, rec)
+
+    def _current(self, mem: _Memory, observed: WorkloadState, now: float) -> int:
         in_flight = (
             mem.last_to is not None
             and mem.last_to != observed.spec_replicas
             and now - mem.last_decided_at < self.pending_grace
         )
-        current = mem.last_to if in_flight and mem.last_to is not None else observed.spec_replicas
-        seen = msgspec.structs.replace(observed, spec_replicas=current)
-        observations = observe(policy.spec, self.windows.get(workload, {}))
-        inputs = ScaleInputs(workload=seen, observations=observations)
-        result, mem.state = evaluate(
-            policy.spec, inputs, mem.state, now, step_seconds=self.step_seconds
-        )
-        if not result.actionable:
-            return Outputs(note=", ".join(r.detail or r.rule for r in result.reasons))
-        rec = recommend(policy, seen, result, now)
+        return mem.last_to if in_flight and mem.last_to is not None else observed.spec_replicas
+
+    def decide(self, workload: str, now: float) -> Outputs:
+        s1 = self._stage1(workload, now)
+        if isinstance(s1, Outputs):
+            return s1
+        rec, mem = s1.rec, s1.mem
+        if self.has_inventory(rec.pool):
+            # Stage 2 decides over the whole pool (`decide_pool`).
+            self.recommendations.setdefault(rec.pool, {})[workload] = rec
+            return Outputs(
+                recommendation=rec,
+                checkpoint=self._maybe_checkpoint(workload, mem, now),
+                note=f"pool {rec.pool} has inventory: stage 2 decides",
+            )
         to, extra = bound(rec)
-        retry = to != observed.spec_replicas and now - mem.last_decided_at >= self.pending_grace
+        elastic = s1.policy.spec.elastic
+        if elastic is not None:
+            v = el.judge(
+                elastic,
+                mem.elastic,
+                current=s1.current,
+                target=to,
+                want=to,
+                floor=min(rec.floor, to),
+                now=now,
+                restarts=s1.observed.restarts,
+                started_at=s1.observed.started_at,
+            )
+            to = v.replicas
+            if v.reason is not None:
+                extra = [*extra, v.reason]
         out = Outputs(recommendation=rec)
-        if to == current and not retry:
+        self._decision(s1, to, [*s1.result.reasons, *extra], now, out)
+        return out
+
+    def _decision(
+        self, s1: _Stage1, to: int, reasons: list[Reason], now: float, out: Outputs
+    ) -> ScaleDecision | None:
+        """Fill `out` with the decision to `to` (and its checkpoint) when one is due."""
+        workload, mem, observed = s1.rec.workload, s1.mem, s1.observed
+        retry = to != observed.spec_replicas and now - mem.last_decided_at >= self.pending_grace
+        if to == s1.current and not retry:
             out.checkpoint = self._maybe_checkpoint(workload, mem, now)
             out.note = "no change"
-            return out
-        if result.newest_input < mem.last_newest_input:
+            return None
+        if s1.result.newest_input < mem.last_newest_input:
             out.note = "input older than the last decision's: not deciding on it"
-            return out
+            return None
+        if s1.policy.spec.elastic is not None and to != s1.current:
+            mem.elastic = el.resized(mem.elastic, now)
         mem.seq += 1
         mem.last_to, mem.last_decided_at = to, now
-        mem.last_newest_input = max(mem.last_newest_input, result.newest_input)
+        mem.last_newest_input = max(mem.last_newest_input, s1.result.newest_input)
         out.checkpoint = self._checkpoint(workload, mem, now)
-        spec = policy.spec
+        spec = s1.policy.spec
         out.decision = ScaleDecision(
             decision_id=f"{workload}#{mem.seq}",
             workload=workload,
             seq=mem.seq,
             from_replicas=observed.spec_replicas,
             to_replicas=to,
-            reasons=[*result.reasons, *extra],
-            inputs=list(result.inputs),
-            policy_generation=policy.metadata.generation,
-            newest_input=result.newest_input,
+            reasons=reasons,
+            inputs=list(s1.result.inputs),
+            policy_generation=s1.policy.metadata.generation,
+            newest_input=s1.result.newest_input,
             decided_at=now,
             pool=spec.pool,
             target=spec.target_ref,
-            policy=policy.key,
-            min_available=rec.floor if spec.target_ref.scale_min_available else None,
+            policy=s1.policy.key,
+            min_available=s1.rec.floor if spec.target_ref.scale_min_available else None,
         )
+        return out.decision
+
+    def decide_pool(self, pool: str, now: float) -> Outputs:
+        """Stage 2 for a pool with inventory: allocation over its latest recommendations."""
+        nodes = [n for _, n in sorted(self.nodes.items()) if n.pool == pool]
+        if not nodes:
+            return Outputs(note=f"pool {pool}: no inventory")
+        recs = self.recommendations.get(pool, {})
+        members: list[Member] = []
+        stage1: dict[str, _Stage1] = {}
+        for workload, rec in sorted(recs.items()):
+            policy = self.policies.get(workload)
+            observed = self.workloads.get(workload)
+            if policy is None or observed is None or policy.spec.pool != pool:
+                continue
+            mem = self.memory.setdefault(workload, _Memory())
+            current = self._current(mem, observed, now)
+            result = ScaleResult(
+                desired=rec.desired,
+                current=rec.current,
+                bound_by="metric",
+                reasons=rec.reasons,
+                inputs=rec.inputs,
+                newest_input=rec.newest_input,
+            )
+            stage1[workload] = _Stage1(policy, observed, mem, current, result, rec)
+            members.append(
+                Member(
+                    rec=rec,
+                    current=current,
+                    elastic=policy.spec.elastic,
+                    state=mem.elastic,
+                    restarts=observed.restarts,
+                    started_at=observed.started_at,
+                )
+            )
+        pm = self.pools.setdefault(pool, _PoolMemory())
+        out = Outputs()
+        if not members:
+            out.note = f"pool {pool}: no recommendations yet"
+            return out
+        p = plan(
+            members,
+            nodes,
+            pm.allocation,
+            pool=pool,
+            now=now,
+            margin=self.allocation_margin,
+        )
+        if p.allocation != pm.allocation:
+            pm.allocation = p.allocation
+            pm.seq += 1
+            out.checkpoints.append(
+                DeciderCheckpoint(
+                    workload=pool_key(pool),
+                    seq=pm.seq,
+                    allocation=msgspec.msgpack.encode(p.allocation),
+                    updated_at=now,
+                )
+            )
+        notes = []
+        for workload, target in p.targets.items():
+            s1 = stage1[workload]
+            one = Outputs()
+            d = self._decision(s1, target.replicas, target.reasons, now, one)
+            if one.checkpoint is not None:
+                out.checkpoints.append(one.checkpoint)
+            if d is not None:
+                out.decisions.append(d)
+            elif one.note and one.note != "no change":
+                notes.append(f"{workload}: {one.note}")
+        out.shortfalls, pm.shortfalls = shortfall_updates(
+            pm.shortfalls, p.shortfalls, p.targets, pool=pool, now=now
+        )
+        out.note = "; ".join(notes)
         return out
 
     def tick(self, now: float) -> Iterable[tuple[str, Outputs]]:
+        """Every workload's stage 1 (and bounds-only decision), then each pool's stage 2."""
         for workload in sorted(self.policies):
             yield workload, self.decide(workload, now)
+        for pool in self.inventory_pools():
+            yield pool_key(pool), self.decide_pool(pool, now)
 
     def _checkpoint(self, workload: str, mem: _Memory, now: float) -> DeciderCheckpoint:
         mem.last_checkpoint_at = now
@@ -179,6 +400,9 @@ class DeciderCore:
             last_newest_input=mem.last_newest_input,
             scale_state=_STATE_ENCODER.encode(mem.state),
             updated_at=now,
+            elastic_state=_STATE_ENCODER.encode(mem.elastic)
+            if mem.elastic != el.ElasticState()
+            else b"",
         )
 
     def _maybe_checkpoint(

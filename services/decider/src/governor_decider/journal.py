@@ -10,7 +10,7 @@ from typing import IO
 import msgspec
 
 from governor.decider import DeciderCore, Outputs
-from governor.events import DeciderCheckpoint, LoadWindow, WorkloadState
+from governor.events import DeciderCheckpoint, LoadWindow, NodeState, WorkloadState
 from governor.spec import ScalingPolicy
 
 
@@ -36,11 +36,34 @@ class DecideIn(msgspec.Struct, tag="decide"):
     now: float
 
 
+class NodeIn(msgspec.Struct, tag="node"):
+    node: NodeState
+
+
+class NodeDeletedIn(msgspec.Struct, tag="node_deleted"):
+    name: str
+
+
+class DecidePoolIn(msgspec.Struct, tag="decide_pool"):
+    pool: str
+    now: float
+
+
 class RestartIn(msgspec.Struct, tag="restart"):
     """The process (re)started: its memory was empty before the checkpoints that follow."""
 
 
-Entry = PolicyIn | WorkloadIn | WindowIn | CheckpointIn | DecideIn | RestartIn
+Entry = (
+    PolicyIn
+    | WorkloadIn
+    | WindowIn
+    | CheckpointIn
+    | DecideIn
+    | RestartIn
+    | NodeIn
+    | NodeDeletedIn
+    | DecidePoolIn
+)
 
 
 class Journal:
@@ -64,6 +87,16 @@ class Journal:
     def checkpoint(self, cp: DeciderCheckpoint) -> None:
         self._write(CheckpointIn(cp))
 
+    def node(self, node: NodeState) -> None:
+        self._write(NodeIn(node))
+
+    def node_deleted(self, name: str) -> None:
+        self._write(NodeDeletedIn(name))
+
+    def decide_pool(self, pool: str, now: float) -> None:
+        self._write(DecidePoolIn(pool, now))
+        self._file.flush()
+
     def decide(self, workload: str, now: float) -> None:
         self._write(DecideIn(workload, now))
         self._file.flush()
@@ -82,9 +115,9 @@ def read(path: Path) -> Iterator[Entry]:
 
 def replay(
     entries: Iterator[Entry], new_core: Callable[[], DeciderCore]
-) -> Iterator[tuple[DecideIn, Outputs]]:
-    """Feed a journal to fresh cores (a new one at each restart); yields each decide step with
-    what it produced."""
+) -> Iterator[tuple[DecideIn | DecidePoolIn, Outputs]]:
+    """Feed a journal to fresh cores (a new one at each restart); yields each decide step
+    (a workload's, or a pool's stage 2) with what it produced."""
     core = new_core()
     for e in entries:
         if isinstance(e, RestartIn):
@@ -97,5 +130,11 @@ def replay(
             core.on_window(e.window)
         elif isinstance(e, CheckpointIn):
             core.on_checkpoint(e.checkpoint)
+        elif isinstance(e, NodeIn):
+            core.on_node(e.node)
+        elif isinstance(e, NodeDeletedIn):
+            core.on_node_deleted(e.name)
+        elif isinstance(e, DecidePoolIn):
+            yield e, core.decide_pool(e.pool, e.now)
         else:
             yield e, core.decide(e.workload, e.now)

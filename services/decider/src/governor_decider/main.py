@@ -2,10 +2,16 @@
 
 I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
 - reads its own checkpoints (governor.decider-state) first, so seq and history survive restarts;
-- reads policies and workloads as global tables (every partition, from the beginning);
+- reads policies, workloads and the cluster (nodes with devices) as global tables (every
+  partition, from the beginning);
 - consumes governor.load in the consumer group `governor-decider` and decides on each window;
+  for a pool with nodes in the cluster table, stage 2 (the allocation) then runs once per pool
+  touched by the batch;
 - ticks every `tick_seconds`, so staleness, fallback, cooldowns and panic exit fire without input;
-- writes each checkpoint and waits for its acknowledgement before publishing the decision it allows.
+  on a tick every workload of a pool with inventory is evaluated, then each such pool's stage 2,
+  so a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
+- writes each checkpoint and waits for its acknowledgement before publishing the decision it
+  allows; publishes capacity shortfalls (governor.shortfalls, keyed by pool) when they change.
 """
 
 from __future__ import annotations
@@ -49,6 +55,16 @@ REPLICAS = Gauge(
     ["workload", "kind"],
 )
 PANIC = Gauge("governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"])
+SHORTFALLS = Counter(
+    "governor_decider_shortfalls_total",
+    "Shortfall records published (resolved ones included), by pool.",
+    ["pool"],
+)
+POOL_SECONDS = Histogram(
+    "governor_decider_pool_allocation_seconds",
+    "Wall time of one pool's stage 2 (allocation and damping).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
 
 
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -65,18 +81,22 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The one source of truth for policies: `governor policies apply` ("file") or the
     # ScalingPolicy objects published by the cluster-side collector ("cluster").
     policy_source: Literal["file", "cluster"] = "file"
+    # Stage 2's hysteresis margin (see governor.decider.DeciderCore.allocation_margin).
+    allocation_margin: float = 0.0
 
 
 class Decider:
     def __init__(self, settings: DeciderSettings) -> None:
         self.s = settings
         self.core = DeciderCore(
-            step_seconds=settings.step_seconds, pending_grace=settings.pending_grace_seconds
+            step_seconds=settings.step_seconds,
+            pending_grace=settings.pending_grace_seconds,
+            allocation_margin=settings.allocation_margin,
         )
         self.producer = Producer(settings.kafka.bootstrap, client_id="governor-decider")
         self.tables = Consumer(
             settings.kafka.bootstrap,
-            [events.POLICIES, events.WORKLOADS],
+            [events.POLICIES, events.WORKLOADS, events.CLUSTER],
             group_id=None,
             client_id="governor-decider-tables",
             dlq_producer=self.producer,
@@ -110,6 +130,8 @@ class Decider:
             self._policy(key, rec)
         for state in (await read_table(self.s.kafka.bootstrap, events.WORKLOADS)).values():
             self._workload(state)
+        for node in (await read_table(self.s.kafka.bootstrap, events.CLUSTER)).values():
+            self._node(node)
         self.tables_loaded = True
         log.info(
             "restored",
@@ -135,12 +157,27 @@ class Decider:
         if self.journal:
             self.journal.workload(state)
 
+    def _node(self, node: events.NodeState) -> None:
+        self.core.on_node(node)
+        if self.journal:
+            self.journal.node(node)
+
+    def _node_deleted(self, name: str) -> None:
+        self.core.on_node_deleted(name)
+        if self.journal:
+            self.journal.node_deleted(name)
+
     async def on_table(self, msg: Message[Any]) -> None:
         async with self._lock:
             if msg.topic == events.POLICIES.name and msg.key is not None:
                 self._policy(msg.key, msg.value)
             elif msg.topic == events.WORKLOADS.name and msg.value is not None:
                 self._workload(msg.value)
+            elif msg.topic == events.CLUSTER.name:
+                if msg.value is not None:
+                    self._node(msg.value)
+                elif msg.key is not None:
+                    self._node_deleted(msg.key)
 
     async def on_load(self, batch: list[Message[Any]]) -> None:
         touched: dict[str, None] = {}
@@ -152,8 +189,14 @@ class Decider:
                     self.journal.window(window)
                 touched[window.workload] = None
             now = time.time()
+            pools: dict[str, None] = {}
             for workload in touched:
                 await self._decide(workload, now, "load")
+                pool = self.core.pool_of(workload)
+                if pool is not None and self.core.has_inventory(pool):
+                    pools[pool] = None
+            for pool in pools:
+                await self._decide_pool(pool, now)
 
     async def ticker(self) -> None:
         while not self._stop.is_set():
@@ -163,8 +206,13 @@ class Decider:
             async with self._lock:
                 now = time.time()
                 # Only workloads whose load this instance consumes: their partitions are ours.
-                for workload in sorted(self.core.windows):
+                # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
+                pools = self.core.inventory_pools()
+                members = {w for w, p in self.core.policies.items() if p.spec.pool in set(pools)}
+                for workload in sorted(set(self.core.windows) | members):
                     await self._decide(workload, now, "tick")
+                for pool in pools:
+                    await self._decide_pool(pool, now)
 
     async def _decide(self, workload: str, now: float, trigger: str) -> None:
         if self.journal:
@@ -172,6 +220,30 @@ class Decider:
         out = self.core.decide(workload, now)
         EVALUATIONS.labels(trigger).inc()
         await self._publish(workload, out)
+
+    async def _decide_pool(self, pool: str, now: float) -> None:
+        if self.journal:
+            self.journal.decide_pool(pool, now)
+        started = time.perf_counter()
+        out = self.core.decide_pool(pool, now)
+        POOL_SECONDS.observe(time.perf_counter() - started)
+        for cp in out.checkpoints:
+            # Acknowledged before any decision of this cycle goes out.
+            await self.producer.send(events.DECIDER_STATE, cp)
+        for d in out.decisions:
+            await self._publish(d.workload, Outputs(decision=d))
+        for sf in out.shortfalls:
+            await self.producer.publish(events.SHORTFALLS, sf)
+            SHORTFALLS.labels(pool).inc()
+            log.info(
+                "shortfall %s: %d/%d",
+                sf.workload,
+                sf.granted,
+                sf.wanted,
+                extra={"workload": sf.workload, "pool": pool, "reason": sf.reason},
+            )
+        if out.note:
+            log.debug(out.note, extra={"pool": pool})
 
     async def _publish(self, workload: str, out: Outputs) -> None:
         if out.checkpoint is not None:
