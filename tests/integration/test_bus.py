@@ -355,9 +355,15 @@ async def test_no_acknowledged_message_is_lost_across_a_broker_restart(
     total = 3000
     restarted = asyncio.Event()
 
+    published_while_down: list[int] = []
+    down = False
+
     async def bounce() -> None:
+        nonlocal down
         await asyncio.to_thread(kafka_broker.stop)
+        down = True
         await asyncio.to_thread(kafka_broker.start)
+        down = False
         restarted.set()
 
     bouncer: asyncio.Task[None] | None = None
@@ -371,6 +377,8 @@ async def test_no_acknowledged_message_is_lost_across_a_broker_restart(
                 reason="test",
             )
             fut = await producer.publish(t, a)
+            if down:
+                published_while_down.append(i)
             pending.append(asyncio.create_task(settle(fut, a.decision_id)))
             if i == total // 3:
                 bouncer = asyncio.create_task(bounce())
@@ -384,13 +392,15 @@ async def test_no_acknowledged_message_is_lost_across_a_broker_restart(
         await producer.stop()
         await consumer.stop()
         await run
+    assert published_while_down, "the broker restart did not overlap the stream"
     assert acked, "nothing was acknowledged"
     missing = acked - set(seen)
     assert not missing, f"{len(missing)} acknowledged messages lost"
     dups = len(seen) - len(set(seen))
     print(
         f"restart: {total} sent, {len(acked)} acked, {len(failed)} failed, "
-        f"{len(set(seen))} consumed, {dups} duplicates (at-least-once, deduped by id)"
+        f"{len(set(seen))} consumed, {dups} duplicates (at-least-once, deduped by id); "
+        f"{len(published_while_down)} published while the broker was down"
     )
 
 
@@ -486,3 +496,69 @@ async def test_ready_follows_the_client_lifecycle(kafka_bootstrap: str) -> None:
     assert p.ready
     await p.stop()
     assert not p.ready
+
+
+async def test_poll_and_commit_and_batches_dead_letter_only_the_failing_message(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    t = renamed(events.LOAD, f"test.batches.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+
+    def window(i: int) -> events.LoadWindow:
+        return events.LoadWindow(
+            workload="ns/Deployment/web",
+            metric="rps",
+            window="stable",
+            start=i,
+            end=i + 1,
+            count=1,
+            mean=i,
+            max=i,
+            p95=i,
+            newest_sample=i,
+        )
+
+    async with Producer(kafka_bootstrap) as p:
+        for i in range(20):
+            await p.publish(t, window(i))
+        await p.flush()
+
+    # poll() + commit(): what poll returned counts as processed
+    group = f"batches-{unique_suffix}"
+    c = Consumer(kafka_bootstrap, [t], group_id=group, max_poll_records=5)
+    await c.start()
+    try:
+        got: list[Message[Any]] = []
+        while len(got) < 5:
+            got += await c.poll(timeout_ms=1000)
+        await c.commit()
+        n_polled = len(got)
+        assert [m.value.start for m in got] == list(range(n_polled))
+        assert n_polled < 13
+    finally:
+        await c.stop()
+
+    # run_batches(): a batch whose handler fails is retried one by one; only #13 is dead
+    handled: list[int] = []
+    before = dead_letters(t.name, "handler")
+
+    async def batch(msgs: list[Message[Any]]) -> None:
+        if any(m.value.start == 13 for m in msgs):
+            if len(msgs) == 1:
+                raise ValueError("13 is unlucky")
+            raise ValueError("retry me one by one")
+        handled.extend(int(m.value.start) for m in msgs)
+
+    c2 = Consumer(kafka_bootstrap, [t], group_id=group)
+    await c2.start()
+    task = asyncio.create_task(c2.run_batches(batch))
+    try:
+        await wait_for(lambda: len(handled) >= 19 - n_polled, 30, "batches")
+    finally:
+        c2.request_stop()
+        await task
+        await c2.stop()
+    assert handled == [i for i in range(n_polled, 20) if i != 13]
+    assert dead_letters(t.name, "handler") - before == 1
+    (dead,) = await read_raw(kafka_bootstrap, t.dlq, 1)
+    assert dict(dead.headers)[H_DLQ_OFFSET] == b"13"

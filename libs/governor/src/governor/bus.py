@@ -46,6 +46,11 @@ and consumption goes on. The DLQ send is acknowledged before the bad message's o
 committed, so nothing is dropped silently. A handler that raises is treated the same way
 (reason `handler`, unless `handler_errors="raise"`), so a poison message cannot wedge a partition.
 
+Throughput. `run_batches()` hands a partition's fetched messages to one handler call and is the
+shape for high-volume topics (metrics, load); `run()` awaits the handler once per message, which
+costs a coroutine call each and suits the low-volume ones (decisions, actuations). The
+bench (`bench/bus_throughput.py`) compares both with a plain aiokafka loop.
+
 Broker unavailable. `start()` retries with bounded exponential backoff (0.1 s doubling to 5 s,
 `start_timeout_s` in all) and then raises `BusUnavailable` naming the address. `ready` is what a
 health endpoint reports. `stop()` flushes the producer and commits what was processed.
@@ -139,7 +144,7 @@ class BusUnavailable(ConnectionError):
 class Codec(Generic[T]):
     """JSON (msgspec) for one topic's type; the headers every message of the topic carries."""
 
-    __slots__ = ("_decoder", "_encoder", "headers", "type")
+    __slots__ = ("_decoder", "_encoder", "header_list", "headers", "type")
 
     content_type = CONTENT_TYPE
 
@@ -151,6 +156,8 @@ class Codec(Generic[T]):
             (H_CONTENT_TYPE, CONTENT_TYPE.encode()),
             (H_SCHEMA_VERSION, str(SCHEMA_VERSION).encode()),
         )
+        # aiokafka's C record builder wants a list; it only reads it, so one list is shared.
+        self.header_list: list[tuple[str, bytes]] = list(self.headers)
 
     def encode(self, value: T) -> bytes:
         return self._encoder.encode(value)
@@ -355,7 +362,7 @@ class Producer:
             topic.name,
             codec.encode(value),
             key=topic.key(value).encode(),
-            headers=list(codec.headers),
+            headers=codec.header_list,
         )
 
     async def send(self, topic: Topic[T], value: T) -> Any:
@@ -369,7 +376,7 @@ class Producer:
         if not topic.compacted:
             raise ValueError(f"{topic.name} is not compacted: a tombstone would be dead-lettered")
         fut = await self._p().send(
-            topic.name, None, key=key.encode(), headers=list(codec_for(topic).headers)
+            topic.name, None, key=key.encode(), headers=codec_for(topic).header_list
         )
         meta = await fut
         self._last_ok = time.monotonic()
@@ -635,8 +642,8 @@ class Consumer:
         return list(batches.items())
 
     async def _decode_partition(self, tp: TopicPartition, records: list[Any]) -> list[Message[Any]]:
-        """Decode one partition's records in order; dead-letter the bad ones (and mark them
-        processed). The hot path is inlined: this loop is most of the bus's cost per message."""
+        """Decode one partition's records in order; dead-letter the bad ones. The hot path is
+        inlined: this loop is most of the bus's cost per message."""
         dec = self._decoders[tp.topic]
         decode = dec._decode
         key_of = dec._key if dec._check_key else None
@@ -660,8 +667,9 @@ class Consumer:
             try:
                 append(dec(rec))
             except DeadLetter as dl:
+                # Not marked processed here: good messages before it may still be unhandled.
+                # The caller marks the batch once its handler got through it.
                 await self._dead_letter(rec, dl.reason, dl.detail)
-                self._processed[tp] = rec.offset + 1
         return out
 
     async def poll(self, timeout_ms: int = 1000) -> list[Message[Any]]:
@@ -692,6 +700,7 @@ class Consumer:
                 except Exception as e:
                     await self._handler_failed(msg, records, e)
                 processed[tp] = msg.offset + 1
+            processed[tp] = records[-1].offset + 1  # dead letters after the last good one
 
         await self._loop(per_partition, poll_timeout_ms)
 
@@ -714,8 +723,7 @@ class Consumer:
                     except Exception as e:
                         await self._handler_failed(msg, records, e)
                     self._processed[tp] = msg.offset + 1
-                return
-            self._processed[tp] = msgs[-1].offset + 1
+            self._processed[tp] = records[-1].offset + 1
 
         await self._loop(per_partition, poll_timeout_ms)
 
@@ -746,6 +754,8 @@ class Consumer:
                     if good:
                         await per_partition(tp, good, records)
                         CONSUMED.labels(tp.topic).inc(len(good))
+                    elif records:
+                        self._processed[tp] = records[-1].offset + 1  # all dead-lettered
                 await self._commit(c)
             await self._commit(c)
         finally:
