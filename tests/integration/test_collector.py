@@ -532,8 +532,12 @@ async def test_restart_reads_the_table_without_replaying_old_versions(
         await producer.send(ptopic, PolicyRecord(b))
         await producer.send(ptopic, PolicyRecord(policy("a", "a", [prom_metric("m", "x", "y")])))
         await producer.tombstone(ptopic, b.key)
+        # a record that is not a PolicyRecord is skipped (counted), not fatal
+        fut = await producer.send_raw(policies_topic, b'{"policy": 1}', key=b"itest/bad")
+        await fut
     finally:
         await producer.stop()
+    skipped = gauge("governor_collector_policy_errors_total", reason="undecodable") or 0
     from governor.settings import KafkaSettings
 
     s = CollectorSettings(
@@ -550,6 +554,8 @@ async def test_restart_reads_the_table_without_replaying_old_versions(
         running = c.scheduler.running
         assert list(running) == [("itest/Deployment/a", "m")]
         assert running[("itest/Deployment/a", "m")].config.query == "y"  # type: ignore[union-attr]
+        assert c.policies.table.keys() == {"itest/a"}
+        assert gauge("governor_collector_policy_errors_total", reason="undecodable") == skipped + 1
     finally:
         await c.stop()
 

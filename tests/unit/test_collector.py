@@ -472,6 +472,28 @@ async def test_failing_source_publishes_nothing_and_says_why() -> None:
     assert metric_value("governor_collector_source_up", **up) is None  # removed with the source
 
 
+async def test_source_logs_are_json_with_workload_and_metric(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from governor.telemetry import JsonFormatter
+
+    sched = Scheduler(SourceContext(), FakePublisher())
+    target = SourceTarget(W, "logged", "shop", TargetRef(kind="Deployment", name="web"), "shop/a")
+    FakeSource.failing = None
+    with caplog.at_level("INFO", logger="governor_collector.scheduler"):
+        await sched._start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
+        await sched.close()
+    fmt = JsonFormatter("collector")
+    docs = [msgspec.json.decode(fmt.format(r)) for r in caplog.records]
+    started = next(d for d in docs if d["msg"] == "source started")
+    assert (started["workload"], started["metric"], started["source"], started["policy"]) == (
+        W,
+        "logged",
+        "fake_test",
+        "shop/a",
+    )
+
+
 # --- config -------------------------------------------------------------------------------------
 
 
