@@ -43,6 +43,14 @@ DECISION_TO_PATCH = Histogram(
     "From the decision's decided_at to the API server's answer to its patch.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
+STATUS_ERRORS = Counter(
+    "governor_actuator_status_write_errors",
+    "ScalingPolicy status writes that failed after retries.",
+)
+EVENTS_DROPPED = Counter(
+    "governor_actuator_events_dropped",
+    "Kubernetes Events not created because the event queue was full.",
+)
 KUBE_ERRORS = Counter(
     "governor_actuator_kube_errors",
     "API server errors by HTTP status (0: no answer), including the ones retried.",
@@ -80,6 +88,15 @@ class Actuator:
         self._owners: dict[str, _Entry] = {}  # ns -> (hpas, scaled_objects)
         self._pointers: dict[tuple[str, str], str] = {}
         self._instance = socket.gethostname()
+        # Status and Events are written off the decision's path, by background writers: the
+        # newest status per ScalingPolicy (coalesced), Events in order through a bounded queue.
+        self._status_pending: dict[str, tuple[ScalingPolicy, dict[str, Any], str]] = {}
+        self._status_wake = asyncio.Event()
+        self._events: asyncio.Queue[tuple[str, dict[str, Any], str, str]] = asyncio.Queue(
+            maxsize=settings.event_queue_size
+        )
+        self._writers: list[asyncio.Task[None]] = []
+        self._writing = 0
 
     # --- API calls with a budget and retries --------------------------------------------------
 
@@ -134,7 +151,8 @@ class Actuator:
         except PolicyError as err:
             value = err
         self._policies[key] = _Entry(now, value)
-        self._status[key] = dict(obj.get("status") or {})
+        # the actuator is the only writer of status: its own last status wins over a stale read
+        self._status.setdefault(key, dict(obj.get("status") or {}))
         return value
 
     async def _policy_key_for(self, namespace: str, workload: str) -> str | None:
@@ -409,12 +427,35 @@ class Actuator:
         if outcome == "dry_run" or quiet:
             return actuation
         if policy is not None and self.settings.write_status:
-            await self._write_status(policy, decision, outcome, reason, from_replicas)
+            self._queue_status(policy, decision, outcome, reason, from_replicas)
         if self.settings.events and policy is not None:
-            await self._event(policy, decision, outcome, reason, obj, result)
+            self._queue_event(policy, decision, outcome, reason, obj, result)
         return actuation
 
-    async def _write_status(
+    # --- background writers -------------------------------------------------------------------
+
+    def _ensure_writers(self) -> None:
+        if not self._writers:
+            self._writers = [asyncio.create_task(self._status_loop())] + [
+                asyncio.create_task(self._event_loop()) for _ in range(4)
+            ]
+
+    def _busy(self) -> bool:
+        return bool(self._status_pending or not self._events.empty() or self._writing)
+
+    async def drain(self, within_s: float = 10.0) -> None:
+        """Write what is queued (status, Events), then stop the writers."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if not self._busy():
+                break
+            await asyncio.sleep(0.02)
+        for task in self._writers:
+            task.cancel()
+        await asyncio.gather(*self._writers, return_exceptions=True)
+        self._writers = []
+
+    def _queue_status(
         self,
         policy: ScalingPolicy,
         decision: ScaleDecision,
@@ -432,8 +473,34 @@ class Actuator:
             current_replicas=current,
             now=_now_iso(),
         )
+        self._status[key] = status
+        self._status_pending[key] = (policy, status, decision.decision_id)
+        self._status_wake.set()
+        self._ensure_writers()
+
+    async def _status_loop(self) -> None:
+        limit = asyncio.Semaphore(8)
+        while True:
+            await self._status_wake.wait()
+            self._status_wake.clear()
+            batch, self._status_pending = self._status_pending, {}
+            self._writing += 1
+            try:
+
+                async def one(p: ScalingPolicy, st: dict[str, Any], decision_id: str) -> None:
+                    async with limit:
+                        await self._write_status(p, st, decision_id)
+
+                await asyncio.gather(*(one(*item) for item in batch.values()))
+            finally:
+                self._writing -= 1
+
+    async def _write_status(
+        self, policy: ScalingPolicy, status: dict[str, Any], decision_id: str
+    ) -> None:
+        key = policy.key
         try:
-            out = await self._call(
+            await self._call(
                 f"status of {key}",
                 lambda: self.kube.merge_patch(
                     POLICY_API,
@@ -445,16 +512,16 @@ class Actuator:
                     field_manager=self.settings.field_manager,
                 ),
             )
-            self._status[key] = dict(out.get("status") or status)
         except KubeError as e:
+            STATUS_ERRORS.inc()
             log.warning(
                 "status of ScalingPolicy %s not written: %s",
                 key,
                 e,
-                extra={"workload": decision.workload, "decision_id": decision.decision_id},
+                extra={"policy": key, "decision_id": decision_id},
             )
 
-    async def _event(
+    def _queue_event(
         self,
         policy: ScalingPolicy,
         decision: ScaleDecision,
@@ -463,6 +530,48 @@ class Actuator:
         obj: dict[str, Any] | None,
         result: dict[str, Any] | None,
     ) -> None:
+        body = self._event_body(policy, decision, outcome, reason, obj, result)
+        try:
+            self._events.put_nowait(
+                (policy.metadata.namespace, body, decision.workload, decision.decision_id)
+            )
+        except asyncio.QueueFull:
+            EVENTS_DROPPED.inc()
+            log.warning(
+                "event queue full: no Event for %s",
+                decision.decision_id,
+                extra={"workload": decision.workload, "decision_id": decision.decision_id},
+            )
+        self._ensure_writers()
+
+    async def _event_loop(self) -> None:
+        while True:
+            ns, body, workload, decision_id = await self._events.get()
+            self._writing += 1
+            try:
+                await self._call(
+                    f"event on {workload}",
+                    lambda: self.kube.create("v1", "events", body, namespace=ns),  # noqa: B023
+                )
+            except KubeError as e:
+                log.warning(
+                    "event on %s not created: %s",
+                    workload,
+                    e,
+                    extra={"workload": workload, "decision_id": decision_id},
+                )
+            finally:
+                self._writing -= 1
+
+    def _event_body(
+        self,
+        policy: ScalingPolicy,
+        decision: ScaleDecision,
+        outcome: ActuationOutcome,
+        reason: str,
+        obj: dict[str, Any] | None,
+        result: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         ref = policy.spec.target_ref
         ns = policy.metadata.namespace
         meta = (result or obj or {}).get("metadata") or {}
@@ -505,18 +614,7 @@ class Actuator:
             "lastTimestamp": now,
             "count": 1,
         }
-        try:
-            await self._call(
-                f"event on {decision.workload}",
-                lambda: self.kube.create("v1", "events", body, namespace=ns),
-            )
-        except KubeError as e:
-            log.warning(
-                "event on %s not created: %s",
-                decision.workload,
-                e,
-                extra={"workload": decision.workload, "decision_id": decision.decision_id},
-            )
+        return body
 
 
 def _fence_lost(e: KubeError) -> bool:

@@ -58,6 +58,8 @@ class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # Attempts when the fence's `test` fails (another writer moved the seq in between).
     fence_attempts: int = 3
     events: bool = True
+    # Events wait here for the background writers; when full, new ones are dropped (counted).
+    event_queue_size: int = 1000
     write_status: bool = True
     field_manager: str = "governor-actuator"
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)

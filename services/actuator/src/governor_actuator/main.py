@@ -2,10 +2,11 @@
 
     governor-actuator [--config FILE]      (or GOVERNOR_ACTUATOR_CONFIG=FILE)
 
-Per partition, a fetched batch is grouped by workload: one workload's decisions run in offset
-order, different workloads concurrently. Offsets are committed after the batch's Actuation
+Each poll (all assigned partitions) is grouped by workload: one workload's decisions run in
+offset order, different workloads concurrently. Offsets are committed after the batch's Actuation
 records were acknowledged by Kafka (at-least-once; replays are refused as stale by the fence).
-SIGTERM/SIGINT: finish the batch in hand, commit, flush, close.
+ScalingPolicy status and Events are written by background writers, off the decision's path.
+SIGTERM/SIGINT: finish the batch in hand, commit, write queued status/Events, flush, close.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Service:
         self.consumer: bus.Consumer | None = None
         self.health: HealthServer | None = None
         self._kube_ok = False
+        self._stopping = False
         self._stopped = asyncio.Event()
 
     def ready(self) -> bool:
@@ -123,15 +125,27 @@ class Service:
             await asyncio.sleep(every_s)
 
     async def run(self) -> None:
+        """Poll, handle, commit, until `request_stop()`."""
         assert self.consumer is not None and self.actuator is not None
         watcher = asyncio.create_task(self._watch_kube(self.actuator.kube))
         try:
-            await self.consumer.run_batches(self.handle_batch, poll_timeout_ms=200)
+            while not self._stopping:
+                messages = await self.consumer.poll(timeout_ms=100)
+                if messages:
+                    await self.handle_batch(messages)
+                await self.consumer.commit()
         finally:
             watcher.cancel()
             self._stopped.set()
 
+    def request_stop(self) -> None:
+        self._stopping = True
+
     async def stop(self) -> None:
+        """After `run()` returned (or never started): drain, commit, close everything."""
+        self._stopping = True
+        if self.actuator is not None:
+            await self.actuator.drain()
         if self.consumer is not None:
             await self.consumer.stop()
         if self.producer is not None:
@@ -158,14 +172,14 @@ async def serve(settings: ActuatorSettings) -> None:
         if runner in done:
             runner.result()  # the loop ended by itself: raise what ended it
         log.info("signal received: finishing the batch in hand")
+        service.request_stop()
+        try:
+            await asyncio.wait_for(runner, timeout=30)
+        except TimeoutError:
+            log.warning("the batch in hand did not finish within 30s")
     finally:
         waiter.cancel()
-        await service.stop()  # stops the consumer loop after its batch, commits, flushes
-        if runner is not None and not runner.done():
-            try:
-                await asyncio.wait_for(runner, timeout=30)
-            except TimeoutError:
-                log.warning("consumer loop did not end within 30s")
+        await service.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
