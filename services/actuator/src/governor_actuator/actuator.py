@@ -10,6 +10,7 @@ answer (honouring Retry-After).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import socket
@@ -97,6 +98,11 @@ class Actuator:
         )
         self._writers: list[asyncio.Task[None]] = []
         self._writing = 0
+        # Decisions in flight: the background writers yield to them (up to writer_yield_s) so a
+        # burst of decisions reaches the API server before its status and Events.
+        self._foreground = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     # --- API calls with a budget and retries --------------------------------------------------
 
@@ -220,6 +226,20 @@ class Actuator:
     # --- the decision ------------------------------------------------------------------------
 
     async def handle(self, decision: ScaleDecision) -> Actuation:
+        self._foreground += 1
+        self._idle.clear()
+        try:
+            return await self._handle_safely(decision)
+        finally:
+            self._foreground -= 1
+            if self._foreground == 0:
+                self._idle.set()
+
+    async def _yield_to_decisions(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.settings.writer_yield_s)
+
+    async def _handle_safely(self, decision: ScaleDecision) -> Actuation:
         try:
             return await self._handle(decision)
         except KubeError as e:
@@ -436,8 +456,9 @@ class Actuator:
 
     def _ensure_writers(self) -> None:
         if not self._writers:
-            self._writers = [asyncio.create_task(self._status_loop())] + [
-                asyncio.create_task(self._event_loop()) for _ in range(4)
+            self._writers = [
+                asyncio.create_task(self._status_loop()),
+                asyncio.create_task(self._event_loop()),
             ]
 
     def _busy(self) -> bool:
@@ -482,6 +503,7 @@ class Actuator:
         limit = asyncio.Semaphore(8)
         while True:
             await self._status_wake.wait()
+            await self._yield_to_decisions()  # more decisions may coalesce meanwhile
             self._status_wake.clear()
             batch, self._status_pending = self._status_pending, {}
             self._writing += 1
@@ -545,21 +567,32 @@ class Actuator:
         self._ensure_writers()
 
     async def _event_loop(self) -> None:
+        """Events in arrival order, a batch at a time (after yielding to decisions once)."""
+        limit = asyncio.Semaphore(8)
+
+        async def one(ns: str, body: dict[str, Any], workload: str, decision_id: str) -> None:
+            async with limit:
+                try:
+                    await self._call(
+                        f"event on {workload}",
+                        lambda: self.kube.create("v1", "events", body, namespace=ns),
+                    )
+                except KubeError as e:
+                    log.warning(
+                        "event on %s not created: %s",
+                        workload,
+                        e,
+                        extra={"workload": workload, "decision_id": decision_id},
+                    )
+
         while True:
-            ns, body, workload, decision_id = await self._events.get()
+            batch = [await self._events.get()]
             self._writing += 1
             try:
-                await self._call(
-                    f"event on {workload}",
-                    lambda: self.kube.create("v1", "events", body, namespace=ns),  # noqa: B023
-                )
-            except KubeError as e:
-                log.warning(
-                    "event on %s not created: %s",
-                    workload,
-                    e,
-                    extra={"workload": workload, "decision_id": decision_id},
-                )
+                await self._yield_to_decisions()
+                while not self._events.empty() and len(batch) < 256:
+                    batch.append(self._events.get_nowait())
+                await asyncio.gather(*(one(*item) for item in batch))
             finally:
                 self._writing -= 1
 

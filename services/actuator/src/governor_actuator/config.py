@@ -60,6 +60,8 @@ class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     events: bool = True
     # Events wait here for the background writers; when full, new ones are dropped (counted).
     event_queue_size: int = 1000
+    # Status and Event writers wait up to this long for in-flight decisions to finish first.
+    writer_yield_s: float = 1.0
     write_status: bool = True
     field_manager: str = "governor-actuator"
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
