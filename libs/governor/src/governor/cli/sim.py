@@ -123,7 +123,10 @@ def register(app: typer.Typer) -> None:
     @app.command("traces")
     def list_traces() -> None:
         """The built-in real traces (use as `builtin:<name>`)."""
-        table = Table("name", "source", "step", "rows", "licence")
+        table = Table(title="built-in traces")
+        table.add_column("name", no_wrap=True)
+        for column in ("source", "step", "rows", "licence"):
+            table.add_column(column)
         for b in traces.BUILTINS:
             t = traces.load_builtin(b.name)
             table.add_row(

@@ -22,12 +22,19 @@ SUMMARY_COLUMNS = (
 )
 
 
+def number(x: float) -> str:
+    """Exact and readable: whole numbers without a decimal point, others as repr (round-trips)."""
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
 def write_rows(run: Run, path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(ROW_HEADER)
         for r in run.rows:
-            out.writerow([f"{r.timestamp:g}", repr(r.load), r.replicas_requested, r.replicas_ready])
+            out.writerow(
+                [number(r.timestamp), number(r.load), r.replicas_requested, r.replicas_ready]
+            )
 
 
 def write_summary(summaries: Mapping[str, Summary], path: Path) -> None:
