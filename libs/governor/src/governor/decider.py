@@ -252,7 +252,7 @@ class DeciderCore:
         to, extra = bound(rec)
         elastic = s1.policy.spec.elastic
         if elastic is not None:
-            v = el.judge(
+            v, mem.elastic = el.judge(
                 elastic,
                 mem.elastic,
                 current=s1.current,
@@ -369,6 +369,8 @@ class DeciderCore:
         notes = []
         for workload, target in p.targets.items():
             s1 = stage1[workload]
+            if target.state is not None:
+                s1.mem.elastic = target.state
             one = Outputs()
             d = self._decision(s1, target.replicas, target.reasons, now, one)
             if one.checkpoint is not None:

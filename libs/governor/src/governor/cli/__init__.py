@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from governor.cli import cluster, dev, policies, schema, sim
+from governor.cli import cluster, dev, policies, scenario, schema, sim, topics
 
 app = typer.Typer(
     name="governor",
@@ -13,5 +13,5 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (cluster, dev, policies, schema, sim):
+for module in (cluster, dev, policies, scenario, schema, sim, topics):
     module.register(app)

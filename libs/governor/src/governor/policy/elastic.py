@@ -22,6 +22,13 @@ The model (`governor.spec.ElasticSpec`):
 * minResizeIntervalSeconds: no voluntary resize within this long of the previous one (forced or
   not). A grow held by it is not queued: the next evaluation after the interval takes the latest
   target, so several grants that arrive in between become one resize.
+* batching a grow (ski rental): room usually frees in steps (a service scaling in over a minute),
+  and taking each step would restart the job each time. A worthwhile grow is held until the
+  progress lost by waiting, Σ (speedup(target)/speedup(current) − 1)·dt since the grow first
+  became possible, reaches what one restart costs at the target, δ · speedup(target)/speedup
+  (current) (both in units of the current rate). Then the latest target is taken. Waiting never
+  costs more than one restart (the break-even rule of ski rental: 2-competitive), a large gain
+  is taken within seconds, and a small step waits long enough for the next ones to join it.
 
 What is never damped (`judge` returns "apply"):
 
@@ -53,12 +60,17 @@ class ElasticState(msgspec.Struct, omit_defaults=True, array_like=True):
 
     last_resize_at: when the decider last changed its replicas (forced resizes included);
     resizes: how many resizes the decider has made (each one restarts the job);
-    throughput: measured throughput by replica count (from the job's THROUGHPUT_METRIC).
+    throughput: measured throughput by replica count (from the job's THROUGHPUT_METRIC);
+    pending_since / pending_at / pending_loss: a held grow — since when, when it was last
+    evaluated, and the progress waiting has cost so far (in seconds at the current rate).
     """
 
     last_resize_at: float | None = None
     resizes: int = 0
     throughput: dict[int, float] = msgspec.field(default_factory=dict)
+    pending_since: float | None = None
+    pending_at: float | None = None
+    pending_loss: float = 0.0
 
 
 Kind = Literal["keep", "apply", "hold"]
@@ -136,34 +148,37 @@ def judge(
     now: float,
     restarts: int = 0,
     started_at: float | None = None,
-) -> Verdict:
-    """Whether an elastic job should move from `current` to `target` replicas now (pure).
+) -> tuple[Verdict, ElasticState]:
+    """Whether an elastic job should move from `current` to `target` replicas now (pure), and
+    the state to keep (a held grow accumulates what waiting costs; see the module docstring).
 
     `want` is what the job itself asks for (its recommendation within its bounds); a target below
     both `current` and `want` is a shrink the pool forces. `restarts` is what the cluster reports
     (WorkloadState.restarts); the larger of it and the decider's own resize count is used.
+    The state returned does not record the resize itself: call `resized` once it is decided.
     """
+    idle = msgspec.structs.replace(state, pending_since=None, pending_at=None, pending_loss=0.0)
     if target == current:
-        return Verdict(kind="keep", replicas=current)
+        return Verdict(kind="keep", replicas=current), idle
     if target < current and target < want:
-        return Verdict(kind="apply", replicas=target, forced=True)
+        return Verdict(kind="apply", replicas=target, forced=True), idle
     if target > current and (current == 0 or current < floor):
-        return Verdict(kind="apply", replicas=target)
-    interval = spec.min_resize_interval_seconds
-    if state.last_resize_at is not None and now - state.last_resize_at < interval:
-        since = now - state.last_resize_at
-        return Verdict(
-            kind="hold",
-            replicas=current,
-            reason=Reason(
-                rule="restart_damping",
-                detail=f"resize {current}→{target} held: last resize {since:.0f}s ago, "
-                f"minResizeIntervalSeconds {interval:g}",
-                value=float(target),
-            ),
-        )
+        return Verdict(kind="apply", replicas=target), idle
     if target < current:
-        return Verdict(kind="apply", replicas=target)
+        held = _interval_hold(spec, state, current, target, now)
+        return (held, idle) if held is not None else (Verdict(kind="apply", replicas=target), idle)
+    ratio = speedup_ratio(current, target, spec.scaling_efficiency, state.throughput)
+    # The grow is possible: waiting costs (ratio − 1) per second at the current rate.
+    if state.pending_since is None or state.pending_at is None:
+        pending = msgspec.structs.replace(idle, pending_since=now, pending_at=now)
+    else:
+        waited = max(0.0, now - state.pending_at)
+        pending = msgspec.structs.replace(
+            state, pending_at=now, pending_loss=state.pending_loss + (ratio - 1.0) * waited
+        )
+    held = _interval_hold(spec, state, current, target, now)
+    if held is not None:
+        return held, pending
     age = now - started_at if started_at is not None else math.inf
     ok, detail = worth_resizing(
         spec,
@@ -173,22 +188,62 @@ def judge(
         restarts=max(restarts, state.resizes),
         measured=state.throughput,
     )
-    if ok:
-        return Verdict(kind="apply", replicas=target)
+    if not ok:
+        return (
+            _hold(current, target, f"gain does not beat the restart: {detail}"),
+            pending,
+        )
+    cost = spec.restart_penalty_seconds * ratio
+    if pending.pending_loss + 1e-9 < cost:
+        return (
+            _hold(
+                current,
+                target,
+                f"batching: waiting has cost {pending.pending_loss:.1f}s of progress, "
+                f"a restart costs {cost:.1f}s (δ {spec.restart_penalty_seconds:g}s × "
+                f"speedup ×{ratio:.3f})",
+            ),
+            pending,
+        )
+    return Verdict(kind="apply", replicas=target), idle
+
+
+def _hold(current: int, target: int, why: str) -> Verdict:
     return Verdict(
         kind="hold",
         replicas=current,
         reason=Reason(
             rule="restart_damping",
-            detail=f"resize {current}→{target} held: gain does not beat the restart: {detail}",
+            detail=f"resize {current}→{target} held: {why}",
             value=float(target),
         ),
     )
 
 
+def _interval_hold(
+    spec: ElasticSpec, state: ElasticState, current: int, target: int, now: float
+) -> Verdict | None:
+    interval = spec.min_resize_interval_seconds
+    if state.last_resize_at is None or now - state.last_resize_at >= interval:
+        return None
+    since = now - state.last_resize_at
+    return _hold(
+        current,
+        target,
+        f"last resize {since:.0f}s ago, minResizeIntervalSeconds {interval:g}",
+    )
+
+
 def resized(state: ElasticState, now: float) -> ElasticState:
     """The state after the decider changed the job's replicas (a restart of the job)."""
-    return msgspec.structs.replace(state, last_resize_at=now, resizes=state.resizes + 1)
+    return msgspec.structs.replace(
+        state,
+        last_resize_at=now,
+        resizes=state.resizes + 1,
+        pending_since=None,
+        pending_at=None,
+        pending_loss=0.0,
+    )
 
 
 def measured(state: ElasticState, replicas: int, throughput: float) -> ElasticState:

@@ -53,6 +53,7 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     wanted: int  # the recommendation within its bounds
     reasons: list[Reason]
     verdict: el.Verdict | None = None  # elastic jobs: what the damping said
+    state: el.ElasticState | None = None  # elastic jobs: the damping's state to keep
 
 
 class PoolPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,7 +79,7 @@ def _grant_reason(g: Grant) -> Reason | None:
     return Reason(rule=g.rule, detail=g.detail, value=float(g.replicas))
 
 
-def _judge(m: Member, grant: int, want: int, now: float) -> el.Verdict:
+def _judge(m: Member, grant: int, want: int, now: float) -> tuple[el.Verdict, el.ElasticState]:
     assert m.elastic is not None
     return el.judge(
         m.elastic,
@@ -120,7 +121,7 @@ def plan(
             w = m.rec.workload
             if m.elastic is None or w in held:
                 continue
-            v = _judge(m, alloc.grants[w].replicas, bounded[w][0], now)
+            v, _ = _judge(m, alloc.grants[w].replicas, bounded[w][0], now)
             if v.kind == "hold":
                 new[w] = v
         if not new:
@@ -134,14 +135,18 @@ def plan(
         g = alloc.grants[w]
         reasons = [*m.rec.reasons, *extra]
         verdict: el.Verdict | None = None
+        state: el.ElasticState | None = None
         replicas = g.replicas
         capacity = g
         if m.elastic is not None:
             if w in held and g.replicas == held[w].replicas:
-                verdict = held[w]
+                # Judged on what the pool could give it without the hold.
+                verdict, state = _judge(m, first.grants[w].replicas, want, now)
+                if verdict.kind != "hold":
+                    verdict = held[w]
                 capacity = first.grants[w]
             else:
-                verdict = _judge(m, g.replicas, want, now)
+                verdict, state = _judge(m, g.replicas, want, now)
             replicas = verdict.replicas
             if verdict.reason is not None:
                 reasons.append(verdict.reason)
@@ -149,7 +154,12 @@ def plan(
         if why is not None:
             reasons.append(why)
         targets[w] = Target(
-            workload=w, replicas=replicas, wanted=want, reasons=reasons, verdict=verdict
+            workload=w,
+            replicas=replicas,
+            wanted=want,
+            reasons=reasons,
+            verdict=verdict,
+            state=state,
         )
         if capacity.short > 0:
             short.append(
