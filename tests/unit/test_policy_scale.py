@@ -404,3 +404,16 @@ def test_TestNoBackoffUpscaleCMNoBackoffCpu() -> None:
     # CPU 20/10/30 cores on 1-core requests: 2000 %; qps 60 in total.
     r, _ = step(spec, ScaleState(), 3, T0, cpu=2000.0, qps=60.0)
     assert (r.desired, r.bound_by) == (5, "max")
+
+
+def test_no_fallback_for_resource_metrics_like_keda() -> None:
+    spec = policy(
+        metric("cpu", "Utilization", 50.0, source={"type": "resource", "resource": "cpu"}),
+        fallback={"replicas": 9, "failureThreshold": 1},
+        max_replicas=20,
+    )
+    state = ScaleState()
+    for t in range(3):
+        r, state = step(spec, state, 4, T0 + t, cpu=None)
+        assert (r.desired, r.bound_by) == (4, "stale_hold")
+    assert "fallback" not in rules_of(r.reasons)

@@ -46,7 +46,7 @@ from governor.policy.replicas import (
 from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.policy.zero import above_activation, idle_check
-from governor.spec import MetricSpec, ScalingPolicySpec
+from governor.spec import MetricSpec, ResourceSource, ScalingPolicySpec
 
 
 def _target(metric: MetricSpec) -> float:
@@ -69,6 +69,8 @@ class _Metric:
     kind: str
     target: float
     stale_after: float
+    # KEDA has no fallback for cpu/memory: a failing resource metric only ever holds.
+    fallback_ok: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,13 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
     compiled = _Compiled(
         behavior=resolve(policy.behavior),
         metrics=tuple(
-            _Metric(m.name, m.target.type, _target(m), stale_after(policy, m))
+            _Metric(
+                m.name,
+                m.target.type,
+                _target(m),
+                stale_after(policy, m),
+                not isinstance(m.source, ResourceSource),
+            )
             for m in policy.metrics
         ),
     )
@@ -243,7 +251,7 @@ def evaluate(
     best = -1
     best_rule: Rule = "metric"
     invalid = 0
-    failing: list[str] | None = None  # allocated only when a metric fails
+    failing: list[_Metric] | None = None  # allocated only when a metric fails
     failing_age = 0.0
     panic_desired: int | None = None
     panic_metric: str | None = None
@@ -262,9 +270,9 @@ def evaluate(
         age = now - sample_at if sample_at is not None else 0.0
         if value is None or age > m.stale_after:
             if failing is None:
-                failing = [name]
+                failing = [m]
             else:
-                failing.append(name)
+                failing.append(m)
             if age > failing_age:
                 failing_age = age
             metric_inputs.append(
@@ -357,27 +365,31 @@ def evaluate(
         failing_since = state.failing_since if state.failing_since is not None else now
         failing_for = max(now - failing_since, failing_age)
         fb = policy.fallback
+        held = failing
         if fb is not None and fallback_due(fb, failures, failing_for):
-            fr = fallback_replicas(fb, current)
-            reasons.append(
-                Reason(
-                    rule="fallback",
-                    metric=",".join(failing),
-                    detail=(
-                        f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
-                        f" fallback {fb.behavior} → {fr}"
-                    ),
+            covered = [f.name for f in failing if f.fallback_ok]
+            held = [f for f in failing if not f.fallback_ok]
+            if covered:
+                fr = fallback_replicas(fb, current)
+                reasons.append(
+                    Reason(
+                        rule="fallback",
+                        metric=",".join(covered),
+                        detail=(
+                            f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
+                            f" fallback {fb.behavior} → {fr}"
+                        ),
+                    )
                 )
-            )
-            if fr > best:
-                best, best_rule = fr, "fallback"
-            all_within = False
-        else:
-            invalid += len(failing)
+                if fr > best:
+                    best, best_rule = fr, "fallback"
+                all_within = False
+        if held:
+            invalid += len(held)
             reasons.append(
                 Reason(
                     rule="stale_hold",
-                    metric=",".join(failing),
+                    metric=",".join(f.name for f in held),
                     detail=(
                         f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
                         " no scale-down on it"

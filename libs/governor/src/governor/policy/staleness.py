@@ -10,7 +10,8 @@ A source outage must freeze scaling, never collapse it: stale data never drives 
 * The fallback fires (KEDA's `NumberOfFailures > failureThreshold`) once the consecutive failing
   evaluations exceed `failureThreshold`, or once the data has been failing for longer than
   `staleAfterSeconds`. KEDA counts polls; governor counts evaluations (messages and ticks).
-  KEDA keeps a counter per trigger; governor one per workload, applied to every failing metric.
+  KEDA keeps a counter per trigger; governor one per workload, applied to every failing metric
+  except resource (cpu/memory) metrics, for which KEDA has no fallback: those only ever hold.
 """
 
 from __future__ import annotations
