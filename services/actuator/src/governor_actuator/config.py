@@ -57,6 +57,9 @@ class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     owner_ttl_seconds: float = 5.0
     # Attempts when the fence's `test` fails (another writer moved the seq in between).
     fence_attempts: int = 3
+    # Decisions read ahead into the per-workload lanes, and the longest time between commits.
+    max_in_flight: int = 1000
+    commit_interval_seconds: float = 2.0
     events: bool = True
     # Events wait here for the background writers; when full, new ones are dropped (counted).
     event_queue_size: int = 1000

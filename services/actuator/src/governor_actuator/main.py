@@ -2,11 +2,14 @@
 
     governor-actuator [--config FILE]      (or GOVERNOR_ACTUATOR_CONFIG=FILE)
 
-Each poll (all assigned partitions) is grouped by workload: one workload's decisions run in
-offset order, different workloads concurrently. Offsets are committed after the batch's Actuation
-records were acknowledged by Kafka (at-least-once; replays are refused as stale by the fence).
-ScalingPolicy status and Events are written by background writers, off the decision's path.
-SIGTERM/SIGINT: finish the batch in hand, commit, write queued status/Events, flush, close.
+Decisions go to one lane per workload: a workload's decisions run in offset order, different
+workloads concurrently, and the reader keeps polling while lanes work (at most `max_in_flight`
+decisions queued). Offsets are committed only when every polled decision was handled and its
+Actuation acknowledged by Kafka: whenever the lanes are idle, and at least every
+`commit_interval_seconds` (the reader pauses until the lanes drain). At-least-once: a crash
+redelivers, and the fence refuses replays as stale. ScalingPolicy status and Events are written
+by background writers, off the decision's path.
+SIGTERM/SIGINT: stop polling, finish the lanes, commit, write queued status/Events, flush, close.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import asyncio
 import dataclasses
 import logging
 import signal
-from collections import defaultdict
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,45 @@ from governor_actuator.actuator import Actuator
 from governor_actuator.config import ActuatorSettings, load
 
 log = logging.getLogger("governor.actuator")
+
+
+class Lanes:
+    """One sequential lane per workload; lanes run concurrently; at most `limit` queued."""
+
+    def __init__(self, work: Callable[[ScaleDecision], Awaitable[None]], limit: int) -> None:
+        self._work = work
+        self._room = asyncio.Semaphore(limit)
+        self._queues: dict[str, deque[ScaleDecision]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def submit(self, decision: ScaleDecision) -> None:
+        await self._room.acquire()
+        self.in_flight += 1
+        self.idle.clear()
+        key = decision.workload
+        self._queues.setdefault(key, deque()).append(decision)
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.create_task(self._drain(key))
+
+    async def _drain(self, key: str) -> None:
+        queue = self._queues[key]
+        try:
+            while queue:
+                decision = queue.popleft()
+                try:
+                    await self._work(decision)
+                except Exception:
+                    log.exception("lane %s: %s failed", key, decision.decision_id)
+                finally:
+                    self.in_flight -= 1
+                    self._room.release()
+                    if self.in_flight == 0:
+                        self.idle.set()
+        finally:
+            del self._tasks[key], self._queues[key]
 
 
 class Service:
@@ -48,6 +92,7 @@ class Service:
         self.consumer: bus.Consumer | None = None
         self.health: HealthServer | None = None
         self._kube_ok = False
+        self.lanes = Lanes(self._actuate, settings.max_in_flight)
         self._stopping = False
         self._stopped = asyncio.Event()
 
@@ -92,23 +137,23 @@ class Service:
             port,
         )
 
-    async def handle_batch(self, messages: list[bus.Message[Any]]) -> None:
-        """One partition's batch: per workload in order, workloads concurrently."""
+    async def _actuate(self, decision: ScaleDecision) -> None:
+        """One decision: Kubernetes, then its Actuation record, acknowledged by Kafka."""
         assert self.actuator is not None and self.producer is not None
-        lanes: dict[str, list[ScaleDecision]] = defaultdict(list)
-        for m in messages:
-            if m.value is not None:
-                lanes[m.value.workload].append(m.value)
-        acks: list[asyncio.Future[Any]] = []
-
-        async def lane(decisions: list[ScaleDecision]) -> None:
-            assert self.actuator is not None and self.producer is not None
-            for d in decisions:
-                actuation = await self.actuator.handle(d)
-                acks.append(await self.producer.publish(self.actuations, actuation))
-
-        await asyncio.gather(*(lane(ds) for ds in lanes.values()))
-        await asyncio.gather(*acks)
+        actuation = await self.actuator.handle(decision)
+        for attempt in range(1, 6):
+            try:
+                await self.producer.send(self.actuations, actuation)
+                return
+            except Exception as e:  # the broker is away: retry, then say so loudly
+                log.error(
+                    "actuation record for %s not acknowledged (%s), attempt %d",
+                    decision.decision_id,
+                    e,
+                    attempt,
+                    extra={"workload": decision.workload, "decision_id": decision.decision_id},
+                )
+                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
 
     async def _watch_kube(self, kube: Kube, every_s: float = 10.0) -> None:
         """Readiness follows the API server: GET /version every `every_s`."""
@@ -125,15 +170,25 @@ class Service:
             await asyncio.sleep(every_s)
 
     async def run(self) -> None:
-        """Poll, handle, commit, until `request_stop()`."""
+        """Poll into the lanes and commit what they finished, until `request_stop()`."""
         assert self.consumer is not None and self.actuator is not None
         watcher = asyncio.create_task(self._watch_kube(self.actuator.kube))
+        interval = self.settings.commit_interval_seconds
+        last_commit, uncommitted = time.monotonic(), False
         try:
             while not self._stopping:
+                if uncommitted and time.monotonic() - last_commit > interval:
+                    await self.lanes.idle.wait()  # pause reading so the commit can catch up
+                if uncommitted and self.lanes.idle.is_set():
+                    await self.consumer.commit()
+                    last_commit, uncommitted = time.monotonic(), False
                 messages = await self.consumer.poll(timeout_ms=100)
-                if messages:
-                    await self.handle_batch(messages)
-                await self.consumer.commit()
+                for m in messages:
+                    if m.value is not None:
+                        await self.lanes.submit(m.value)
+                uncommitted = uncommitted or bool(messages)
+            await self.lanes.idle.wait()
+            await self.consumer.commit()
         finally:
             watcher.cancel()
             self._stopped.set()
