@@ -3,19 +3,29 @@
 `evaluate` composes, in HPA's order (horizontal.go reconcileAutoscaler → computeReplicasForMetrics
 → normalizeDesiredReplicasWithBehaviors), with KEDA's and Knative's additions slotted in:
 
-1. the target's own state: nothing known → not actionable; 0 replicas without scale-to-zero →
-   scaling disabled (HPA); scale-to-zero activation and cooldown (KEDA);
-   current above max / below min → straight to the bound (HPA, no history recorded);
-2. one desired count per metric (replicas.py), missing/stale data (staleness.py) and the fallback;
-   the max over metrics, and no scale-down while any metric is invalid (HPA);
-3. panic mode on the short window (panic.py, Knative);
-4. stabilization windows, then rate limits and min/max (behavior.py, HPA);
-5. the replica cap (e.g. partitions), never below minReplicas.
+1. one desired count per metric (replicas.py), missing/stale data (staleness.py) and the fallback;
+2. the target's own state: nothing known → not actionable; 0 replicas without scale-to-zero →
+   scaling disabled (HPA); scale-to-zero activation and cooldown (KEDA, zero.py); current above
+   max / below min → straight to the bound (HPA: no history recorded);
+3. the max over metrics, and no scale-down while any metric is invalid (HPA);
+4. panic mode on the short window (panic.py, Knative);
+5. stabilization windows, then rate limits and min/max/replicaCap (behavior.py, HPA); the cap is
+   the effective max but never undercuts minReplicas.
 
 Every stage that changes the count adds a Reason; `bound_by` names the last one that did.
 
+Deliberate differences from upstream, each for a reason the tests name:
+* a metric whose ratio says "up" never yields fewer replicas than current (HPA's External Value
+  can, when few pods are ready): the count holds, `readiness` (HPA applies the same rule to
+  resource metrics);
+* scale events are recorded when the decision is made (as HPA does), and the next evaluation
+  records the difference if the target did something else (not applied yet, capped by capacity,
+  changed by hand), so the rate limits see the net change of the target;
+* while panicking the count never drops below the current replicas (Knative keeps its own panic
+  maximum, which can be below pods added from elsewhere).
+
 Extension point: elastic training jobs (`policy.elastic`) will add restart-aware damping after
-step 4 (a resize must beat its restart penalty); today minReplicas stays the floor and `elastic`
+step 5 (a resize must beat its restart penalty); today minReplicas stays the floor and `elastic`
 is not read here.
 """
 
@@ -206,7 +216,13 @@ def evaluate(
     *,
     step_seconds: float = 15.0,
 ) -> tuple[ScaleResult, ScaleState]:
-    """One evaluation of the scale policy: the result and the state to keep for the next one."""
+    """One evaluation of the scale policy: the result and the state to keep for the next one.
+
+    Pure: neither `state` nor `policy` is modified, and the same arguments give the same output.
+    `policy` is treated as a value — what is derived from it alone is memoized by identity, so
+    change a policy by replacing it, never by mutating it. `step_seconds` is the evaluation step
+    the recommendation history is bucketed by (behavior.py); evaluating more often is fine.
+    """
     if not step_seconds > 0:
         raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
     wl = inputs.workload
