@@ -245,3 +245,22 @@ def test_policy_record_shape() -> None:
     assert isinstance(rec, PolicyRecord)
     assert rec.policy.key == "ns/web"
     assert rec.published_at == 1.0
+
+
+def test_pod_events_recompute_only_their_namespace() -> None:
+    m = populated()
+    publish(m)
+    assert not m.policies_dirty
+    other = pod("x", "n2")
+    other = msgspec.structs.replace(
+        other, metadata=msgspec.structs.replace(other.metadata, namespace="elsewhere")
+    )
+    m.on_pod("elsewhere/x", None, other)
+    assert m.dirty_namespaces == {"elsewhere"}
+    assert keys(publish(m)) == [("cluster", "n2", False)]
+    # the same pod in the policy's namespace is managed and moves the workload's readiness
+    m.on_pod("ns/web-9", None, pod("web-9", "n1"))
+    changes = publish(m)
+    assert keys(changes) == [("cluster", "n1", False), ("workloads", "ns/Deployment/web", False)]
+    wl = next(c.value for c in changes if c.table == "workloads")
+    assert isinstance(wl, WorkloadState) and wl.ready_replicas == 3

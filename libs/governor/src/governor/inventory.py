@@ -31,6 +31,7 @@ reads, unknown fields ignored. Rules worth knowing (DESIGN.md, "Capacity, priori
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -987,10 +988,14 @@ def policy_record(
 E = TypeVar("E", bound=Event)
 
 
+@functools.cache
+def _volatile_defaults(typ: type[Any]) -> dict[str, Any]:
+    return {f.name: f.default for f in msgspec.structs.fields(typ) if f.name in VOLATILE_FIELDS}
+
+
 def content(value: E) -> E:
     """The message without its observation timestamps: what "a change" is measured on."""
-    names = msgspec.structs.fields(value)
-    zero = {f.name: f.default for f in names if f.name in VOLATILE_FIELDS}
+    zero = _volatile_defaults(type(value))
     return msgspec.structs.replace(value, **zero) if zero else value
 
 

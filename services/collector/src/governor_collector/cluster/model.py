@@ -98,6 +98,12 @@ class ClusterModel:
         # the last valid version of each policy, and each workload's last known pod selector
         self._last_good: dict[str, ScalingPolicy] = {}
         self._last_selector: dict[str, tuple[str, LabelSelector]] = {}
+        self._label_index: dict[tuple[str, str, str], list[Pod]] | None = None
+        # policies/workloads: recompute all (policy, target, class changes) or only the
+        # workloads of the namespaces whose pods changed (readiness)
+        self.policies_dirty = True
+        self.dirty_namespaces: set[str] = set()
+        self._policy_selector: dict[str, tuple[str, LabelSelector]] = {}
         self._max_problems = max_problems_remembered
 
     # --- inputs -------------------------------------------------------------------------------
@@ -109,6 +115,7 @@ class ClusterModel:
 
     def mark_all_dirty(self) -> None:
         self.all_dirty = True
+        self.policies_dirty = True
         self.dirty = True
 
     def on_node(self, key: str, old: Node | None, new: Node | None) -> None:
@@ -128,6 +135,9 @@ class ClusterModel:
         self.dirty = True
 
     def on_pod(self, key: str, old: Pod | None, new: Pod | None) -> None:
+        for p in (old, new):
+            if p is not None:
+                self.dirty_namespaces.add(p.metadata.namespace)
         if old is not None:
             self._unindex(key, old)
             if old.spec.node_name:
@@ -162,6 +172,7 @@ class ClusterModel:
             self._last_good.pop(key, None)
         else:
             self.policies[key] = new
+        self.policies_dirty = True
         self.dirty = True
 
     def on_priority_class(
@@ -171,6 +182,7 @@ class ClusterModel:
             self.classes.pop(key, None)
         else:
             self.classes[key] = new
+        self.policies_dirty = True
         self.dirty = True
 
     def on_target(self, gvk: GVK, key: str, old: Any, new: dict[str, Any] | None) -> None:
@@ -179,11 +191,13 @@ class ClusterModel:
             objs.pop(key, None)
         else:
             objs[key] = new
+        self.policies_dirty = True
         self.dirty = True
 
     def set_target_status(self, gvk: GVK, status: TargetStatus) -> None:
         if self.target_status.get(gvk) != status:
             self.target_status[gvk] = status
+            self.policies_dirty = True
             self.dirty = True
 
     # --- policies -----------------------------------------------------------------------------
@@ -248,7 +262,22 @@ class ClusterModel:
             self._problem(str(e))
             return "unknown"
 
-    def _ns_pods(self, namespace: str) -> list[Pod]:
+    def _candidates(self, namespace: str, selector: LabelSelector | None) -> list[Pod]:
+        """Pods that may match `selector` in `namespace` (a superset; the caller matches).
+
+        Uses a per-compute index of (namespace, label, value) when the selector has a label to
+        look up, so that readiness counting is not (workloads × pods) per flush.
+        """
+        if selector is not None and selector.match_labels:
+            if self._label_index is None:
+                index: dict[tuple[str, str, str], list[Pod]] = {}
+                for pod in self.pods.values():
+                    ns = pod.metadata.namespace
+                    for k, v in pod.metadata.labels.items():
+                        index.setdefault((ns, k, v), []).append(pod)
+                self._label_index = index
+            k, v = next(iter(sorted(selector.match_labels.items())))
+            return self._label_index.get((namespace, k, v), [])
         return [self.pods[k] for k in self.pods_by_ns.get(namespace, ())]
 
     # --- compute ------------------------------------------------------------------------------
@@ -256,13 +285,22 @@ class ClusterModel:
     def compute(self, now: float) -> list[Change]:
         """Every message worth sending now (see the module docstring)."""
         self.dirty = False
+        self._label_index = None
+        full = self.policies_dirty
+        namespaces = self.dirty_namespaces
+        self.policies_dirty = False
+        self.dirty_namespaces = set()
+        if full:
+            self._policy_selector.clear()
         changes: list[Change] = []
         policy_out: dict[str, Event] = {}
         workload_out: dict[str, Event] = {}
         keep_policies: set[str] = set()  # unknown: neither update nor tombstone
         keep_workloads: set[str] = set()
-        selectors: dict[tuple[str, str], LabelSelector] = {}
+        considered_workloads: set[str] = set()
         for key in sorted(self.policies):
+            if not full and key.partition("/")[0] not in namespaces:
+                continue  # only pods changed, none in this namespace: nothing to redo
             p = self.policy(key)
             if p is None:  # invalid now: keep what was published, go on with the last good one
                 keep_policies.add(key)
@@ -279,28 +317,45 @@ class ClusterModel:
                 keep_workloads.add(p.workload)
                 known = self._last_selector.get(p.workload)
                 if known is not None:
-                    selectors[(known[0], selector_string(known[1]))] = known[1]
+                    self._policy_selector[key] = known
                 continue
-            if explicit_valid:
+            considered_workloads.add(p.workload)
+            if explicit_valid and full:
                 try:
                     policy_out[key] = policy_record(self.policies[key], view, self.classes, now)
                 except PolicyError:  # validated above; the cache says valid
                     keep_policies.add(key)
             if view is None:
                 self._last_selector.pop(p.workload, None)
+                self._policy_selector.pop(key, None)
                 continue
             if view.selector is not None:
-                selectors[(p.metadata.namespace, selector_string(view.selector))] = view.selector
                 self._last_selector[p.workload] = (p.metadata.namespace, view.selector)
+                self._policy_selector[key] = (p.metadata.namespace, view.selector)
             if p.workload in workload_out:
                 self._problem(f"{p.workload} is the target of several policies; using the first")
                 continue
-            state, problems = workload_state(p, view, self._ns_pods(p.metadata.namespace), now)
+            pods = (
+                self._candidates(p.metadata.namespace, view.selector)
+                if view.status_ready is None
+                else []
+            )
+            state, problems = workload_state(p, view, pods, now)
             for text in problems:
                 self._problem(text)
             workload_out[p.workload] = state
-        changes += self._diff("policies", policy_out, keep_policies, full=True)
-        changes += self._diff("workloads", workload_out, keep_workloads, full=True)
+        if full:
+            changes += self._diff("policies", policy_out, keep_policies, full=True)
+            changes += self._diff("workloads", workload_out, keep_workloads, full=True)
+        else:
+            changes += self._diff(
+                "workloads",
+                workload_out,
+                keep_workloads,
+                full=False,
+                considered=considered_workloads,
+            )
+        selectors = {(ns, selector_string(sel)): sel for ns, sel in self._policy_selector.values()}
 
         sel_key = frozenset(selectors)
         if sel_key != self._selectors:
