@@ -81,6 +81,8 @@ class _Metric:
     stale_after: float
     # KEDA has no fallback for cpu/memory: a failing resource metric only ever holds.
     fallback_ok: bool
+    # Preformatted for the reasons (float formatting is a visible share of an evaluation).
+    vs_target: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class _Compiled:
 
     behavior: ResolvedBehavior
     metrics: tuple[_Metric, ...]
+    up_window: str
+    down_window: str
 
 
 _COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
@@ -101,8 +105,11 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
     hit = _COMPILED.get(id(policy))
     if hit is not None and hit[0] is policy:
         return hit[1]
+    behavior = resolve(policy.behavior)
     compiled = _Compiled(
-        behavior=resolve(policy.behavior),
+        behavior=behavior,
+        up_window=f"stabilization window {behavior.up.window:.4g} s",
+        down_window=f"stabilization window {behavior.down.window:.4g} s",
         metrics=tuple(
             _Metric(
                 m.name,
@@ -110,6 +117,7 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
                 _target(m),
                 stale_after(policy, m),
                 not isinstance(m.source, ResourceSource),
+                f" vs target {_target(m):.4g}",
             )
             for m in policy.metrics
         ),
@@ -352,7 +360,7 @@ def evaluate(
                 f" [{1 - tol.down:.4g}, {1 + tol.up:.4g}]: holds {current}"
             )
         else:
-            detail = f"{kind} {value:.4g} vs target {target:.4g}: ratio {ratio:.4g} → {desired}"
+            detail = f"{kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
         if rule != "tolerance":
             all_within = False
         reasons.append(Reason(rule=rule, metric=name, value=ratio, detail=detail))
@@ -556,12 +564,12 @@ def evaluate(
         if st.replicas != desired:
             if desired < current or st.replicas > desired:
                 detail = (
-                    f"stabilization window {behavior.down.window:.4g} s holds {st.replicas}"
+                    f"{compiled.down_window} holds {st.replicas}"
                     f" (max of recommendations) over {desired}"
                 )
             else:
                 detail = (
-                    f"stabilization window {behavior.up.window:.4g} s holds {st.replicas}"
+                    f"{compiled.up_window} holds {st.replicas}"
                     f" (min of recommendations) under {desired}"
                 )
             reasons.append(Reason(rule="stabilization", detail=detail))
