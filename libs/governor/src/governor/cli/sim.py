@@ -34,7 +34,7 @@ def _print_table(summaries: dict[str, Summary]) -> None:
     table = Table("policy", *report.SUMMARY_COLUMNS)
     for row in report.table_rows(summaries):
         table.add_row(*row)
-    Console().print(table)
+    Console(width=max(Console().width, 110)).print(table)
 
 
 def _fail(err: Exception) -> typer.Exit:

@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 
 from governor.sim.replay import Run, SimConfig, Summary
+from governor.sim.traces import Trace
 
 ROW_HEADER = ("timestamp", "load", "replicas_requested", "replicas_ready")
 SUMMARY_COLUMNS = (
@@ -57,21 +58,28 @@ def table_rows(summaries: Mapping[str, Summary]) -> list[list[str]]:
     return rows
 
 
-def chart(runs: Sequence[Run], config: SimConfig, title: str, path: Path) -> None:
-    """One panel per policy: offered load and served capacity (left), replicas (right)."""
+def chart(runs: Sequence[Run], trace: Trace, config: SimConfig, title: str, path: Path) -> None:
+    """One panel per policy: the trace's load and the served capacity (left), replicas (right).
+
+    The right axis is the left one divided by C, so requested replicas and served capacity are
+    drawn to the same scale and the gap between them is the replicas still starting.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(12, 3.2 * len(runs)), sharex=True, squeeze=False
+        len(runs), 1, figsize=(12, 3.2 * len(runs)), sharex=True, sharey=True, squeeze=False
     )
+    t0 = trace.start
+    trace_hours = [(t - t0) / 3600 for t in [*trace.timestamps, trace.end]]
+    trace_load = [*trace.values, trace.values[-1]]
     c = config.capacity_per_replica
+    twins = []
     for ax, run in zip(axes[:, 0], runs, strict=True):
-        t0 = run.rows[0].timestamp if run.rows else 0.0
         hours = [(r.timestamp - t0) / 3600 for r in run.rows]
-        ax.step(hours, [r.load for r in run.rows], where="post", lw=0.8, label="offered load")
+        ax.step(trace_hours, trace_load, where="post", lw=0.8, label="offered load")
         ax.step(
             hours,
             [r.replicas_ready * c for r in run.rows],
@@ -91,6 +99,7 @@ def chart(runs: Sequence[Run], config: SimConfig, title: str, path: Path) -> Non
             label="replicas requested",
         )
         twin.set_ylabel("replicas")
+        twins.append(twin)
         s = run.summary
         ax.set_title(
             f"{run.name}: {s.violation_seconds} violation s, {s.replica_hours:.1f} replica-h, "
@@ -100,6 +109,9 @@ def chart(runs: Sequence[Run], config: SimConfig, title: str, path: Path) -> Non
         lines = ax.get_legend_handles_labels()
         more = twin.get_legend_handles_labels()
         ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)
+    low, high = axes[0, 0].get_ylim()  # shared by every panel once all are drawn
+    for twin in twins:
+        twin.set_ylim(low / c, high / c)
     axes[-1, 0].set_xlabel("hours since the trace start")
     fig.suptitle(title)
     fig.tight_layout()

@@ -67,7 +67,7 @@ def write_outputs(
     summaries = {run.name: run.summary for run in runs}
     report.write_summary(summaries, out / "summary.json")
     title = f"{trace.name}: " + " vs ".join(run.name for run in runs)
-    report.chart(runs, config, title, out / "report.png")
+    report.chart(runs, trace, config, title, out / "report.png")
     report.write_html(summaries, out / "report.png", out / "report.html", title, config, notes)
     written += [out / "summary.json", out / "report.png", out / "report.html"]
     return written
