@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge
 
 from governor import events
 from governor.bus import (
+    DEAD_LETTERS,
     H_DLQ_ERROR,
     H_DLQ_OFFSET,
     H_DLQ_PARTITION,
@@ -36,6 +37,7 @@ from governor.bus import (
     DeadLetter,
     _Decoder,
     codec_for,
+    record_consumer_lag,
 )
 from governor.events import WindowKind
 from governor.settings import KafkaSettings, load_settings
@@ -163,6 +165,8 @@ def build_app(s: AggregatorSettings) -> faust.App:
     )
     decoder = _Decoder(events.METRICS)
     dirty: dict[str, MetricWindows] = {}
+    # Next offset to handle per metrics partition (governor_bus_consumer_lag).
+    handled: dict[tuple[str, int], int] = {}
 
     def publish(window: events.LoadWindow) -> None:
         # Buffered like the table's changelog writes; faust flushes before it commits offsets.
@@ -187,12 +191,14 @@ def build_app(s: AggregatorSettings) -> faust.App:
             ],
         )
         SAMPLES.labels("dead_letter").inc()
+        DEAD_LETTERS.labels(rec.topic, err.reason).inc()
         log.warning("dead-lettered a sample: %s", err, extra={"offset": rec.offset})
 
     @app.agent(metrics_topic)
     async def aggregate(stream: Any) -> Any:
         async for event in stream.events():
             rec = _Record(event.message)
+            handled[(rec.topic, rec.partition)] = rec.offset + 1
             try:
                 sample = decoder(rec).value
             except DeadLetter as err:
@@ -237,6 +243,19 @@ def build_app(s: AggregatorSettings) -> faust.App:
                 if acc is not None:
                     window: WindowKind = "stable" if kind == "stable" else "panic"
                     publish(to_load_window(acc, workload, metric, window, closed=False))
+
+    @app.timer(interval=1.0)
+    async def observe_lag() -> None:
+        consumer = app.consumer
+        owned = [tp for tp in consumer.assignment() if tp.topic == s.metrics_topic]
+        ends: dict[Any, int | None] = {}
+        for tp in owned:
+            try:
+                ends[tp] = consumer.highwater(tp)
+            except Exception:  # not fetched yet (or the consumer is between rebalances)
+                ends[tp] = None
+        done = {tp: handled.get((tp.topic, tp.partition)) for tp in owned}
+        record_consumer_lag(s.app_id, [s.metrics_topic], ends, done)
 
     def ready() -> bool:
         return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())

@@ -27,8 +27,9 @@ import msgspec
 from prometheus_client import Counter, Gauge, Histogram
 
 from governor import events
-from governor.bus import Consumer, Message, Producer, read_table
+from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
 from governor.decider import DeciderCore, Outputs
+from governor.policy import devices as dev
 from governor.settings import KafkaSettings, load_settings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
@@ -65,6 +66,62 @@ POOL_SECONDS = Histogram(
     "Wall time of one pool's stage 2 (allocation and damping).",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
 )
+
+# Per-workload and per-pool views for dashboards and alerts (docs/metrics.md lists the bounds).
+WORKLOAD_DECISIONS = Counter(
+    "governor_decider_workload_decisions_total",
+    "Scale decisions published per workload, by direction (up, down, same: a resend) and the "
+    "rule that bound them.",
+    ["workload", "direction", "rule"],
+)
+METRIC_VALUE = Gauge(
+    "governor_decider_metric_value",
+    "A policy metric's stable-window value as the last evaluation saw it (AverageValue: the "
+    "total over replicas; Utilization: percent of requests).",
+    ["workload", "metric"],
+)
+METRIC_TARGET = Gauge(
+    "governor_decider_metric_target",
+    "A policy metric's target, by target type (Value, AverageValue, Utilization).",
+    ["workload", "metric", "target_type"],
+)
+POOL_CAPACITY = Gauge(
+    "governor_decider_pool_capacity",
+    "What a pool's allocation could hand out, by resource (its unit: cores, bytes, devices): "
+    "allocatable minus unmanaged requests; GPUs and RDMA VFs from healthy devices.",
+    ["pool", "resource"],
+)
+POOL_ALLOCATED = Gauge(
+    "governor_decider_pool_allocated",
+    "What the granted replicas of a pool's allocation request, by resource.",
+    ["pool", "resource"],
+)
+POOL_SHORTFALL = Gauge(
+    "governor_decider_pool_shortfall",
+    "What the replicas wanted but not granted would need, by the resource that ran out.",
+    ["pool", "resource"],
+)
+SHORTFALL_REPLICAS = Gauge(
+    "governor_decider_shortfall_replicas",
+    "Replicas a workload wanted that its pool's allocation could not grant.",
+    ["workload", "pool"],
+)
+ELASTIC_RESTARTS = Gauge(
+    "governor_decider_elastic_restarts",
+    "Restarts observed on an elastic training job (WorkloadState.restarts).",
+    ["workload"],
+)
+
+
+def _replica_use(rec: events.Recommendation) -> dict[str, float]:
+    """One replica's request per allocation dimension (whole GPUs, RDMA VFs included)."""
+    use = {r: a for r, a in rec.requests.items() if a > 0 and r not in dev.DEVICE_RESOURCES}
+    req = dev.device_request(rec.requests, rec.joint_allocate)
+    if req.gpus or req.gpu_share:
+        use[dev.GPU] = req.gpus + req.gpu_share / dev.WHOLE
+    if req.nics:
+        use[dev.RDMA] = float(req.nics)
+    return use
 
 
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -148,9 +205,50 @@ class Decider:
             )
             return
         policy = rec.policy if rec is not None else None
+        gone = self.core.policy_keys.get(key)
         self.core.on_policy(key, policy)
+        if gone is not None and gone not in self.core.policies:
+            self._forget(gone)
         if self.journal:
             self.journal.policy(key, policy)
+
+    def _forget(self, workload: str) -> None:
+        """Drop a deleted policy's per-workload series (bounded label sets)."""
+        for metric in (
+            REPLICAS,
+            PANIC,
+            WORKLOAD_DECISIONS,
+            METRIC_VALUE,
+            METRIC_TARGET,
+            SHORTFALL_REPLICAS,
+            ELASTIC_RESTARTS,
+        ):
+            for labels in [k for k in metric._metrics if k[0] == workload]:
+                metric.remove(*labels)
+
+    def _pool_metrics(self, pool: str) -> None:
+        """Capacity, allocation and shortfall of the pool's current allocation."""
+        memory = self.core.pools.get(pool)
+        alloc = memory.allocation if memory is not None else None
+        if alloc is None:
+            return
+        recs = self.core.recommendations.get(pool, {})
+        allocated = dict.fromkeys(alloc.capacity, 0.0)
+        short = dict.fromkeys(alloc.capacity, 0.0)
+        for workload, grant in alloc.grants.items():
+            rec = recs.get(workload)
+            if rec is not None:
+                for r, a in _replica_use(rec).items():
+                    allocated[r] = allocated.get(r, 0.0) + grant.replicas * a
+            for r, a in grant.missing.items():
+                short[r] = short.get(r, 0.0) + a
+            SHORTFALL_REPLICAS.labels(workload, pool).set(max(0, grant.wanted - grant.replicas))
+        for r, a in alloc.capacity.items():
+            POOL_CAPACITY.labels(pool, r).set(a)
+        for r, a in allocated.items():
+            POOL_ALLOCATED.labels(pool, r).set(a)
+        for r, a in short.items():
+            POOL_SHORTFALL.labels(pool, r).set(a)
 
     def _workload(self, state: events.WorkloadState) -> None:
         self.core.on_workload(state)
@@ -213,6 +311,8 @@ class Decider:
                     await self._decide(workload, now, "tick")
                 for pool in pools:
                     await self._decide_pool(pool, now)
+            consumer_lag(self.load)
+            consumer_lag(self.tables)
 
     async def _decide(self, workload: str, now: float, trigger: str) -> None:
         if self.journal:
@@ -227,6 +327,7 @@ class Decider:
         started = time.perf_counter()
         out = self.core.decide_pool(pool, now)
         POOL_SECONDS.observe(time.perf_counter() - started)
+        self._pool_metrics(pool)
         for cp in out.checkpoints:
             # Acknowledged before any decision of this cycle goes out.
             await self.producer.send(events.DECIDER_STATE, cp)
@@ -260,12 +361,28 @@ class Decider:
             ):
                 REPLICAS.labels(workload, kind).set(value)
             PANIC.labels(workload).set(any(r.rule == "panic" for r in rec.reasons))
+            for inp in rec.inputs:
+                METRIC_TARGET.labels(workload, inp.metric, inp.target_type).set(inp.target)
+                if inp.value is not None:
+                    METRIC_VALUE.labels(workload, inp.metric).set(inp.value)
+            if rec.elastic:
+                observed = self.core.workloads.get(workload)
+                if observed is not None:
+                    ELASTIC_RESTARTS.labels(workload).set(observed.restarts)
         d = out.decision
         if d is not None:
             await self.producer.send(events.DECISIONS, d)
             LATENCY.observe(max(0.0, time.time() - d.newest_input))
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
+            direction = (
+                "up"
+                if d.to_replicas > d.from_replicas
+                else "down"
+                if d.to_replicas < d.from_replicas
+                else "same"
+            )
+            WORKLOAD_DECISIONS.labels(workload, direction, rule).inc()
             log.info(
                 "decision %d -> %d",
                 d.from_replicas,
