@@ -13,7 +13,8 @@ capacity shortfalls:
    `elastic.judge`. A held resize pins that job's demand at its current replicas (floor
    included) and the allocation runs again, so the room it does not take goes to others this
    very cycle; this repeats until no further job is held (the held set only grows, so it ends).
-   Shrinks the pool forces are never held.
+   Shrinks the pool forces are never held; a pinned job the pool cannot even keep at what it runs
+   is shrunk to what fits (forced).
 4. a shortfall per workload the pool could not give what it wanted. A job held by damping is not
    short on that account: only what the allocation without the hold could not give counts.
 
@@ -145,6 +146,11 @@ def plan(
                 if verdict.kind != "hold":
                     verdict = held[w]
                 capacity = first.grants[w]
+            elif w in held and g.replicas < held[w].replicas:
+                # Even pinned, the pool cannot keep what the job runs: a forced shrink.
+                verdict = el.Verdict(kind="apply", replicas=g.replicas, forced=True)
+                _, state = _judge(m, g.replicas, g.replicas + 1, now)
+                capacity = first.grants[w]
             else:
                 verdict, state = _judge(m, g.replicas, want, now)
             replicas = verdict.replicas
@@ -161,7 +167,7 @@ def plan(
             verdict=verdict,
             state=state,
         )
-        if capacity.short > 0:
+        if capacity.short > 0 and replicas < want:
             short.append(
                 Shortfall(
                     workload=w,
