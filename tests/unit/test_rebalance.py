@@ -31,8 +31,7 @@ def node(name: str, gpus: int = 8, switches: int = 4, **health: bool) -> NodeSta
         for s in range(switches)
     ]
     devices = [
-        msgspec.structs.replace(d, healthy=health.get(f"{d.type}{d.minor}", True))
-        for d in devices
+        msgspec.structs.replace(d, healthy=health.get(f"{d.type}{d.minor}", True)) for d in devices
     ]
     return NodeState(node=name, pool=POOL, allocatable={"cpu": 96.0}, devices=devices)
 
