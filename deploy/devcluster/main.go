@@ -162,8 +162,15 @@ func run(stateDir string, verbosity int) error {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p("front-proxy-client.crt"),
 		"--proxy-client-key-file=" + p("front-proxy-client.key"),
-		// No kube-proxy: the aggregator must dial endpoints (or an ExternalName), not ClusterIPs.
-		"--enable-aggregator-routing=true",
+		// No kube-proxy, so ClusterIPs lead nowhere. The aggregator dials an APIService's
+		// Service by ClusterIP, or by name if it is an ExternalName Service: register
+		// local backends as `type: ExternalName, externalName: localhost` (README.md).
+		// (--enable-aggregator-routing would dial EndpointSlice addresses instead, which
+		// may not be loopback addresses, and does not support ExternalName.)
+		"--enable-aggregator-routing=false",
+		// The "kubernetes" Service's endpoints would be 127.0.0.1, which Endpoints
+		// validation rejects (every 10 s, in the log); nothing in-cluster needs them.
+		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=" + strconv.Itoa(verbosity),
 	}
