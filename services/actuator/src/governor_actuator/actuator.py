@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import Counter, Histogram
 
@@ -66,11 +66,64 @@ def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _Entry:
-    __slots__ = ("at", "value")
+V = TypeVar("V")
 
-    def __init__(self, at: float, value: Any) -> None:
-        self.at, self.value = at, value
+
+class TtlCache(Generic[V]):
+    """Values by key for `ttl` seconds; concurrent misses of one key share one load."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._values: dict[str, tuple[float, V]] = {}
+        self._loading: dict[str, asyncio.Task[V]] = {}
+
+    async def get(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
+        hit = self._values.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._load(key, load))
+            self._loading[key] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
+        try:
+            value = await load()
+            self._values[key] = (time.monotonic(), value)
+            return value
+        finally:
+            del self._loading[key]
+
+    def put(self, key: str, value: V) -> None:
+        self._values[key] = (time.monotonic(), value)
+
+
+class PolicyIndex:
+    """A namespace's ScalingPolicies as last listed: by name (a ScalingPolicy, or the PolicyError
+    that says why the object on the API server is not one) and by target workload."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.by_name: dict[str, ScalingPolicy | PolicyError] = {}
+        self.by_workload: dict[str, str] = {}
+        self.status: dict[str, dict[str, Any]] = {}
+        for obj in items:
+            self.add(obj)
+
+    def add(self, obj: dict[str, Any]) -> ScalingPolicy | PolicyError:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        ref = (obj.get("spec") or {}).get("targetRef") or {}
+        self.by_workload.setdefault(
+            f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}", name
+        )
+        try:
+            value: ScalingPolicy | PolicyError = policy_from_obj(obj)
+        except PolicyError as err:
+            value = err
+        self.by_name[name] = value
+        self.status[name] = dict(obj.get("status") or {})
+        return value
 
 
 class Actuator:
@@ -83,10 +136,12 @@ class Actuator:
         self.rules = settings.rules()
         self._bucket = core.TokenBucket(settings.qps, settings.burst, time.monotonic())
         self._bucket_lock = asyncio.Lock()
-        self._policies: dict[str, _Entry] = {}  # ns/name -> ScalingPolicy | PolicyError | None
-        self._policy_lists: dict[str, _Entry] = {}  # ns -> {workload: ns/name}
-        self._status: dict[str, dict[str, Any]] = {}  # ns/name -> last known status
-        self._owners: dict[str, _Entry] = {}  # ns -> (hpas, scaled_objects)
+        # ScalingPolicies per namespace, one LIST per policy_ttl_seconds (a name not in the
+        # list is fetched at once, so a new policy is seen without waiting for the TTL).
+        self._policies: TtlCache[PolicyIndex] = TtlCache(settings.policy_ttl_seconds)
+        self._status: dict[str, dict[str, Any]] = {}  # ns/name -> the status last computed
+        # HPAs and ScaledObjects per namespace, one LIST each per owner_ttl_seconds.
+        self._owners: TtlCache[tuple[list[Any], list[Any]]] = TtlCache(settings.owner_ttl_seconds)
         self._pointers: dict[tuple[str, str], str] = {}
         self._instance = socket.gethostname()
         # Status and Events are written off the decision's path, by background writers: the
@@ -131,68 +186,54 @@ class Actuator:
     async def _policy(self, decision: ScaleDecision) -> ScalingPolicy | PolicyError | None:
         wid = core.parse_workload(decision.workload)
         assert wid is not None  # precheck passed
-        key = decision.policy
-        if not key:
-            key = await self._policy_key_for(wid.namespace, decision.workload) or ""
-            if not key:
+        ns = wid.namespace
+        index = await self._policies.get(ns, lambda: self._list_policies(ns))
+        name = decision.policy.partition("/")[2] if decision.policy else None
+        name = name or index.by_workload.get(decision.workload)
+        found = index.by_name.get(name) if name else None
+        if found is None and name:
+            # not in the last list: maybe created since
+            try:
+                obj = await self._call(
+                    f"get ScalingPolicy {ns}/{name}",
+                    lambda: self.kube.get(POLICY_API, POLICY_PLURAL, name, namespace=ns),
+                )
+            except KubeError as e:
+                if not e.not_found:
+                    raise
                 return None
-        now = time.monotonic()
-        hit = self._policies.get(key)
-        if hit is not None and now - hit.at < self.settings.policy_ttl_seconds:
-            value: ScalingPolicy | PolicyError | None = hit.value
-            return value
-        ns, _, name = key.partition("/")
-        try:
-            obj = await self._call(
-                f"get ScalingPolicy {key}",
-                lambda: self.kube.get(POLICY_API, POLICY_PLURAL, name, namespace=ns),
-            )
-        except KubeError as e:
-            if not e.not_found:
-                raise
-            self._policies[key] = _Entry(now, None)
+            found = index.add(obj)
+        if found is None:
             return None
-        try:
-            value = policy_from_obj(obj)
-        except PolicyError as err:
-            value = err
-        self._policies[key] = _Entry(now, value)
         # the actuator is the only writer of status: its own last status wins over a stale read
-        self._status.setdefault(key, dict(obj.get("status") or {}))
-        return value
-
-    async def _policy_key_for(self, namespace: str, workload: str) -> str | None:
-        now = time.monotonic()
-        hit = self._policy_lists.get(namespace)
-        if hit is None or now - hit.at >= self.settings.policy_ttl_seconds:
-            items = await self._call(
-                f"list ScalingPolicies in {namespace}",
-                lambda: self.kube.list_objects(POLICY_API, POLICY_PLURAL, namespace=namespace),
-            )
-            index: dict[str, str] = {}
-            for obj in items:
-                meta = obj.get("metadata") or {}
-                ref = (obj.get("spec") or {}).get("targetRef") or {}
-                wl = f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}"
-                index.setdefault(wl, f"{meta.get('namespace')}/{meta.get('name')}")
-            hit = self._policy_lists[namespace] = _Entry(now, index)
-        found: str | None = hit.value.get(workload)
+        self._status.setdefault(f"{ns}/{name}", index.status.get(str(name), {}))
         return found
 
-    async def _owners_of(self, namespace: str) -> tuple[list[Any], list[Any]]:
-        now = time.monotonic()
-        hit = self._owners.get(namespace)
-        if hit is not None and now - hit.at < self.settings.owner_ttl_seconds:
-            owners: tuple[list[Any], list[Any]] = hit.value
-            return owners
-        hpas = await self._call(
-            f"list HPAs in {namespace}",
-            lambda: self.kube.list_objects(
-                "autoscaling/v2", "horizontalpodautoscalers", namespace=namespace
-            ),
+    async def _list_policies(self, namespace: str) -> PolicyIndex:
+        items = await self._call(
+            f"list ScalingPolicies in {namespace}",
+            lambda: self.kube.list_objects(POLICY_API, POLICY_PLURAL, namespace=namespace),
         )
+        return PolicyIndex(items)
+
+    async def _owners_of(self, namespace: str) -> tuple[list[Any], list[Any]]:
+        return await self._owners.get(namespace, lambda: self._list_owners(namespace))
+
+    async def _list_owners(self, namespace: str) -> tuple[list[Any], list[Any]]:
+        hpas, sos = await asyncio.gather(
+            self._call(
+                f"list HPAs in {namespace}",
+                lambda: self.kube.list_objects(
+                    "autoscaling/v2", "horizontalpodautoscalers", namespace=namespace
+                ),
+            ),
+            self._list_scaled_objects(namespace),
+        )
+        return hpas, sos
+
+    async def _list_scaled_objects(self, namespace: str) -> list[Any]:
         try:
-            sos = await self._call(
+            return await self._call(
                 f"list ScaledObjects in {namespace}",
                 lambda: self.kube.list_objects(
                     "keda.sh/v1alpha1", "scaledobjects", namespace=namespace
@@ -201,10 +242,7 @@ class Actuator:
         except KubeError as e:
             if not e.not_found:  # 404: KEDA is not installed
                 raise
-            sos = []
-        owners = (hpas, sos)
-        self._owners[namespace] = _Entry(now, owners)
-        return owners
+            return []
 
     async def _replicas_pointer(self, policy: ScalingPolicy, plural: str) -> str | None:
         ref = policy.spec.target_ref
