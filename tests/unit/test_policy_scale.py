@@ -243,13 +243,29 @@ def test_fallback_after_failure_threshold(behavior: str, current: int, expected:
         behavior={"scaleDown": rules(window=0), "scaleUp": rules(("Pods", 100, 15))},
     )
     state = ScaleState()
+    # One evaluation per 15 s step, as KEDA polls: failures count steps.
     for i in range(2):
-        r, state = step(spec, state, current, T0 + i, load=None)
+        r, state = step(spec, state, current, T0 + 15 * i, load=None)
         assert (r.desired, r.bound_by) == (current, "stale_hold")
-    r, state = step(spec, state, current, T0 + 2, load=None)
+    r, state = step(spec, state, current, T0 + 30, load=None)
     assert r.desired == expected
     assert "fallback" in rules_of(r.reasons)
     assert state.failures == 3
+
+
+def test_failures_count_steps_not_calls() -> None:
+    """The decider evaluates on every tick: 1 s apart, the threshold still means steps."""
+    spec = policy(
+        fallback={"replicas": 3, "failureThreshold": 2},
+        behavior={"scaleDown": rules(window=0), "scaleUp": rules(("Pods", 100, 15))},
+    )
+    state = ScaleState()
+    for i in range(30):  # 30 calls within two 15 s steps
+        r, state = step(spec, state, 10, T0 + i, load=None)
+        assert r.bound_by == "stale_hold", i
+    r, state = step(spec, state, 10, T0 + 30, load=None)  # the third step
+    assert r.desired == 3
+    assert "fallback" in rules_of(r.reasons)
 
 
 def test_fallback_after_stale_after_seconds() -> None:

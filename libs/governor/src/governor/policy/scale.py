@@ -385,8 +385,11 @@ def evaluate(
     failures = 0
     failing_since: float | None = None
     if failing:
-        failures = state.failures + 1
         failing_since = state.failing_since if state.failing_since is not None else now
+        # Failures count evaluation steps, not calls: the decider also evaluates on every tick
+        # and message, and KEDA's failureThreshold counts polls. One call per step (HPA, the
+        # simulator) counts exactly as before.
+        failures = max(state.failures, 1 + int((now - failing_since) // step_seconds))
         failing_for = max(now - failing_since, failing_age)
         fb = policy.fallback
         held = failing
