@@ -27,6 +27,7 @@ import msgspec
 import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
@@ -395,16 +396,19 @@ async def wait_for(
             last = await snapshot(e)
             if check(last):
                 return last
-        except (KeyError, AttributeError, StopIteration):
+        except (KeyError, AttributeError, StopIteration, IndexError):
+            pass
+        except KafkaError:  # a shared broker being bounced by another test: try again
             pass
         await asyncio.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}; topics: {summary(e, last)}")
 
 
 def summary(e: Env, logs: dict[str, TopicLog]) -> str:
+    """This test's keys on the topics (for a failure message)."""
     return json.dumps(
-        {t: {k: v.decode()[:400] for k, v in log.table.items()} for t, log in logs.items()}
-    )[:6000]
+        {t: {k: v.decode()[:600] for k, v in mine(e, log.table).items()} for t, log in logs.items()}
+    )[:8000]
 
 
 def mine(e: Env, counts: dict[str, Any]) -> dict[str, Any]:

@@ -171,20 +171,40 @@ class ClusterCollector:
             self.model.load_published(table, values)
             log.info("read %d keys from %s", len(values), topic.name)
 
+    async def _start_kafka(self) -> None:
+        """Topics, producer and the last published values, retried while Kafka is away (the
+        watches cannot be diffed against anything before the tables are read)."""
+        s = self.settings
+        delay = 1.0
+        while True:
+            try:
+                if s.ensure_topics:
+                    from governor.topics import ensure_topics
+
+                    for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
+                        log.info("topics: %s", line)
+                if self.producer is None:
+                    self.producer = bus.Producer(
+                        s.bootstrap, client_id="governor-cluster-collector"
+                    )
+                await self.producer.start()
+                await self._load_published()
+                return
+            except (KafkaError, OSError, TimeoutError) as e:  # BusUnavailable is an OSError
+                log.warning("Kafka at %s not usable (%s); retrying in %.0fs", s.bootstrap, e, delay)
+                if self.producer is not None:
+                    with contextlib.suppress(Exception):
+                        await self.producer.stop()
+                    self.producer = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
     async def run(self) -> None:
         """Run until cancelled."""
-        s = self.settings
-        if s.ensure_topics:
-            from governor.topics import ensure_topics
-
-            for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
-                log.info("topics: %s", line)
-        self.producer = bus.Producer(s.bootstrap, client_id="governor-cluster-collector")
         try:
-            await self.producer.start()
-            await self._load_published()
+            await self._start_kafka()
             if self._api is None:
-                self._api = await connect(s.kubeconfig)
+                self._api = await connect(self.settings.kubeconfig)
             self._kube = Kube(self._api)
             await self._start_watches()
             self.model.mark_all_dirty()
@@ -200,8 +220,9 @@ class ClusterCollector:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             self._tasks.clear()
-            with contextlib.suppress(Exception):
-                await self.producer.stop()
+            if self.producer is not None:
+                with contextlib.suppress(Exception):
+                    await self.producer.stop()
             if self._own_api and self._api is not None:
                 with contextlib.suppress(Exception):
                     await self._api.close()
