@@ -7,6 +7,7 @@
 #   bash deploy/kafka/kafka.sh status   "running <bootstrap> pid <pid>" (exit 0) or "stopped" (exit 3)
 #   bash deploy/kafka/kafka.sh resolve  only resolve the jars from Maven Central
 #   bash deploy/kafka/kafka.sh reset    down, then delete this broker's data (topics, offsets)
+#   bash deploy/kafka/kafka.sh destroy  down, then delete this broker's folder (data, log, config)
 #   bash deploy/kafka/kafka.sh logs     print the path of the broker's log file
 #
 # Environment (all optional):
@@ -17,7 +18,7 @@
 #   GOVERNOR_KAFKA_VERSION          org.apache.kafka:kafka_2.13 version (default 4.1.2)
 #   GOVERNOR_KAFKA_HEAP             max heap (default 512m)
 #   GOVERNOR_KAFKA_START_TIMEOUT    seconds to wait for the broker to answer (default 90)
-#   GOVERNOR_KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 30)
+#   GOVERNOR_KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 60)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,12 +30,15 @@ CPORT="${GOVERNOR_KAFKA_CONTROLLER_PORT:-9093}"
 VERSION="${GOVERNOR_KAFKA_VERSION:-4.1.2}"
 HEAP="${GOVERNOR_KAFKA_HEAP:-512m}"
 START_TIMEOUT="${GOVERNOR_KAFKA_START_TIMEOUT:-90}"
-STOP_TIMEOUT="${GOVERNOR_KAFKA_STOP_TIMEOUT:-30}"
+STOP_TIMEOUT="${GOVERNOR_KAFKA_STOP_TIMEOUT:-60}"
 INST="$CACHE/broker-$PORT"
 DATA="$INST/data"
 CONF="$INST/server.properties"
 LOG="$INST/broker.log"
 PIDFILE="$INST/broker.pid"
+# AppCDS: the first broker run dumps the classes it loaded at exit (on `down`); later starts map
+# them (about half the JVM start time here). A stale or broken archive is ignored by the JVM.
+JSA="$CACHE/kafka-classes.jsa"
 BOOTSTRAP="$HOST:$PORT"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
@@ -62,6 +66,15 @@ resolve() {
   need_java
   need_mvn
   mkdir -p "$CACHE"
+  # one resolver per cache: brokers on other ports may be starting from $LIB
+  if command -v flock >/dev/null 2>&1; then
+    exec 8>"$CACHE/.resolve.lock"
+    flock -w 1200 8 || die "another kafka.sh is resolving into $LIB"
+    if [[ -f "$LIB/.resolved" && "$(cat "$LIB/.resolved")" == "$VERSION" ]]; then
+      exec 8>&-
+      return 0
+    fi
+  fi
   local tmp="$CACHE/lib.tmp.$$"
   rm -rf "$tmp"
   say "resolving org.apache.kafka:kafka_2.13:$VERSION from Maven Central into $LIB"
@@ -72,8 +85,9 @@ resolve() {
     die "could not resolve Kafka $VERSION with mvn (log: $CACHE/resolve.log)"
   fi
   echo "$VERSION" >"$tmp/.resolved"
-  rm -rf "$LIB"
+  rm -rf "$LIB" "$JSA" "$JSA".*.tmp
   mv "$tmp" "$LIB"
+  exec 8>&- || true
 }
 
 # --- liveness -----------------------------------------------------------------------------------
@@ -205,13 +219,21 @@ cmd_up() {
     write_config
     format_storage
     [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.1"
+    local cds
+    if [[ -s "$JSA" ]]; then
+      cds="-XX:SharedArchiveFile=$JSA"
+    else
+      rm -f "$JSA.$PORT.tmp"
+      cds="-XX:ArchiveClassesAtExit=$JSA.$PORT.tmp"
+    fi
     # setsid + nohup: the broker outlives the shell (and the test session) that started it
     setsid nohup java "-Xmx$HEAP" "-Xms$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+      "$cds" -Xlog:cds=off -Xlog:cds+dynamic=off \
       -Djava.awt.headless=true \
       -Dorg.slf4j.simpleLogger.showDateTime=true \
       -Dorg.slf4j.simpleLogger.dateTimeFormat="yyyy-MM-dd'T'HH:mm:ss.SSSZ" \
       -Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn \
-      -cp "$LIB/*" kafka.Kafka "$CONF" >>"$LOG" 2>&1 </dev/null &
+      -cp "$LIB/*" kafka.Kafka "$CONF" >>"$LOG" 2>&1 </dev/null 8>&- 9>&- &
     pid=$!
     echo "$pid" >"$PIDFILE"
     say "started pid $pid, log $LOG"
@@ -249,6 +271,9 @@ cmd_down() {
     say "pid $pid still alive after ${STOP_TIMEOUT}s; SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    rm -f "$JSA.$PORT.tmp"
+  elif [[ -s "$JSA.$PORT.tmp" ]]; then
+    mv -f "$JSA.$PORT.tmp" "$JSA"
   fi
   rm -f "$PIDFILE"
   say "stopped"
@@ -272,12 +297,29 @@ cmd_reset() {
   say "deleted $DATA"
 }
 
+cmd_destroy() {
+  cmd_down
+  rm -rf "$INST"
+  say "deleted $INST"
+}
+
+# One command at a time per broker: concurrent `up`s (several test sessions, make and the CLI)
+# wait for each other instead of racing to start two JVMs on one data directory. The broker
+# itself does not inherit the lock (9>&- above).
+lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  mkdir -p "$INST"
+  exec 9>"$INST/.lock"
+  flock -w $((START_TIMEOUT + STOP_TIMEOUT + 600)) 9 || die "another kafka.sh holds $INST/.lock"
+}
+
 case "${1:-}" in
-  up) cmd_up ;;
-  down) cmd_down ;;
+  up) lock; cmd_up ;;
+  down) lock; cmd_down ;;
   status) cmd_status ;;
   resolve) resolve; echo "$LIB" ;;
-  reset) cmd_reset ;;
+  reset) lock; cmd_reset ;;
+  destroy) lock; cmd_destroy ;;
   logs) echo "$LOG" ;;
-  *) echo "usage: $0 up|down|status|resolve|reset|logs" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|resolve|reset|destroy|logs" >&2; exit 2 ;;
 esac
