@@ -70,7 +70,11 @@ V = TypeVar("V")
 
 
 class TtlCache(Generic[V]):
-    """Values by key for `ttl` seconds; concurrent misses of one key share one load."""
+    """Values by key, never older than `ttl` seconds; concurrent misses of one key share one load.
+
+    Refresh-ahead: a value past half its TTL is still returned, and reloaded in the background,
+    so steady traffic never waits for a reload; only a value past its full TTL is waited for.
+    """
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
@@ -79,7 +83,12 @@ class TtlCache(Generic[V]):
 
     async def get(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
         hit = self._values.get(key)
-        if hit is not None and time.monotonic() - hit[0] < self.ttl:
+        age = time.monotonic() - hit[0] if hit is not None else None
+        if hit is not None and age is not None and age < self.ttl:
+            if age > self.ttl / 2 and key not in self._loading:
+                ahead = asyncio.ensure_future(self._load(key, load, ahead=True))
+                ahead.add_done_callback(lambda t: t.cancelled() or t.exception())
+                self._loading[key] = ahead
             return hit[1]
         task = self._loading.get(key)
         if task is None:
@@ -87,11 +96,17 @@ class TtlCache(Generic[V]):
             self._loading[key] = task
         return await asyncio.shield(task)
 
-    async def _load(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
+    async def _load(self, key: str, load: Callable[[], Awaitable[V]], ahead: bool = False) -> V:
+        started = time.monotonic()
         try:
             value = await load()
-            self._values[key] = (time.monotonic(), value)
+            self._values[key] = (started, value)  # as old as the moment it was asked for
             return value
+        except Exception as e:
+            if ahead:  # drop the old value: the next use must load (and see the error)
+                self._values.pop(key, None)
+                log.warning("refresh of %s failed (%s); the next use reloads it", key, e)
+            raise
         finally:
             del self._loading[key]
 
