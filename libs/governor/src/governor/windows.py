@@ -27,6 +27,11 @@ Statistics
     dropped and only every `stride`-th later sample kept), so memory stays bounded and p95
     becomes an approximation; count, mean, max and newest stay exact.
 
+Entry points: `ingest` (one sample), `ingest_many` (a batch, in order), `ingest_run` (n equal
+samples at a fixed spacing: a held gauge, folded in per window rather than per sample), `advance`
+(close by a watermark from processing time), `estimate` (the open window's running value at
+`now`), `to_load_window` (the wire type) and `statistic` (the number a policy scales on).
+
 Everything here is a value: functions return new `WindowAcc`/`SeriesWindows` and never mutate their
 arguments, so a faust table can store them as they are (msgspec-encodable, array_like).
 """

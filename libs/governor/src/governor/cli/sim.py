@@ -16,6 +16,15 @@ from governor.sim.runs import HPA, run_all, write_outputs
 from governor.spec import PolicyError, ScalingPolicySpec
 
 GOVERNOR = "governor"
+HPA_NOTE = (
+    "hpa: the reference autoscaling/v2 HPA with default behavior, 15 s sync, External "
+    "AverageValue target utilization × C per pod, seeing the 15 s mean load one scrape (15 s) late"
+)
+SCORE_NOTE = (
+    "violation_seconds: seconds with load > ready × C; unserved_fraction: "
+    "Σ max(0, load − ready × C) / Σ load; replica_hours: Σ requested × step / 3600; "
+    "replicas serve start-up seconds after they are requested"
+)
 
 
 def _config(capacity: float, startup: float, utilization: float, step: float) -> SimConfig:
@@ -83,7 +92,12 @@ def register(app: typer.Typer) -> None:
         except (traces.TraceError, SimError, PolicyError) as err:
             raise _fail(err) from None
         csv_names = {GOVERNOR: "replicas.csv", HPA: "baseline_replicas.csv"}
-        for path in write_outputs(runs, load, config, out, csv_names):
+        notes = [
+            "governor: " + ("the default policy" if policy is None else str(policy)),
+            *([HPA_NOTE] if baseline == HPA else []),
+            SCORE_NOTE,
+        ]
+        for path in write_outputs(runs, load, config, out, csv_names, notes):
             typer.echo(str(path))
         _print_table({r.name: r.summary for r in runs})
 
@@ -116,7 +130,7 @@ def register(app: typer.Typer) -> None:
         except (traces.TraceError, SimError, PolicyError) as err:
             raise _fail(err) from None
         csv_names = {r.name: f"{_slug(r.name)}_replicas.csv" for r in runs}
-        for path in write_outputs(runs, load, config, out, csv_names):
+        for path in write_outputs(runs, load, config, out, csv_names, [HPA_NOTE, SCORE_NOTE]):
             typer.echo(str(path))
         _print_table({r.name: r.summary for r in runs})
 
