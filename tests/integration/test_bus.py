@@ -488,6 +488,8 @@ async def test_start_gives_up_with_a_clear_error_when_no_broker_answers() -> Non
     with pytest.raises(BusUnavailable, match=r"127\.0\.0\.1:1.*governor dev kafka up"):
         await p.start()
     assert not p.ready
+    with pytest.raises(BusUnavailable, match=r"127\.0\.0\.1:1"):
+        await ensure_topics("127.0.0.1:1", start_timeout_s=1.0)
 
 
 async def test_ready_follows_the_client_lifecycle(kafka_bootstrap: str) -> None:

@@ -16,15 +16,19 @@ broker has against what the table wants.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
+from governor.bus import BusUnavailable
 from governor.events import TOPICS, Topic
 
 DLQ_RETENTION_MS = 14 * 24 * 3600 * 1000
@@ -115,8 +119,26 @@ def specs(
     return out
 
 
-def _admin(bootstrap: str) -> AIOKafkaAdminClient:
-    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="governor-admin")
+async def _admin(bootstrap: str, start_timeout_s: float) -> AIOKafkaAdminClient:
+    """A started admin client; retries with backoff, then raises BusUnavailable."""
+    deadline = time.monotonic() + start_timeout_s
+    delay = 0.1
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="governor-admin")
+        try:
+            await admin.start()
+            return admin
+        except (KafkaError, OSError) as e:
+            with contextlib.suppress(Exception):
+                await admin.close()
+            if time.monotonic() + delay > deadline:
+                raise BusUnavailable(
+                    f"Kafka at {bootstrap} did not answer within {start_timeout_s:.0f}s "
+                    f"({type(e).__name__}: {e}). Is it up? `governor dev kafka up` starts a "
+                    f"local broker; GOVERNOR_KAFKA_BOOTSTRAP names another."
+                ) from e
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 async def _metadata(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -158,6 +180,7 @@ async def ensure_topics(
     partitions: int | None = None,
     replication_factor: int | None = None,
     configs: Mapping[str, Mapping[str, str]] | None = None,
+    start_timeout_s: float = 30.0,
 ) -> list[str]:
     """Create every topic of the table and its `.dlq`, idempotently.
 
@@ -166,8 +189,7 @@ async def ensure_topics(
     when everything already matched). `replication_factor` defaults to min(3, brokers).
     """
     wanted = specs(topics, partitions=partitions, configs=configs)
-    admin = _admin(bootstrap)
-    await admin.start()
+    admin = await _admin(bootstrap, start_timeout_s)
     try:
         actions: list[str] = []
         rf = _replication(admin, replication_factor)
@@ -212,12 +234,15 @@ async def ensure_topics(
 
 
 async def describe_topics(
-    bootstrap: str, topics: Iterable[Topic[Any]] = TOPICS, *, with_counts: bool = True
+    bootstrap: str,
+    topics: Iterable[Topic[Any]] = TOPICS,
+    *,
+    with_counts: bool = True,
+    start_timeout_s: float = 30.0,
 ) -> list[TopicDescription]:
     """Each table topic and `.dlq` as the broker has it (see `TopicDescription.problems`)."""
     wanted = specs(topics)
-    admin = _admin(bootstrap)
-    await admin.start()
+    admin = await _admin(bootstrap, start_timeout_s)
     try:
         existing = await _metadata(admin, [s.name for s in wanted])
         configs = await _configs(admin, list(existing))
