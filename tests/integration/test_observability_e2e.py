@@ -1,0 +1,489 @@
+"""Dashboards and alerts against a real Prometheus scraping the running pipeline.
+
+Collector, aggregator and decider run as processes on the real broker (as in
+test_pipeline_e2e.py). The test plays the cluster: a capacity pool of its own with a GPU+RDMA node
+and a CPU node on governor.cluster, WorkloadStates on governor.workloads (updated after every
+decision), and three ScalingPolicies:
+
+- `web` (Deployment), samples pushed to the collector's HTTP endpoint;
+- `train` (PyTorchJob, elastic, 1 GPU + 1 RDMA VF per replica, restarted 3 times), samples
+  produced straight to governor.metrics; it wants more replicas than the pool has GPUs/NICs,
+  so the pool is short;
+- `frozen` (Deployment), a `prometheus` source whose query returns nothing: its source is down.
+
+A real Prometheus (Debian's 2.42) scrapes the three services every second with governor's alert
+rules loaded — a copy of deploy/prometheus/rules/governor.rules.yaml whose `for:` are all 3 s,
+expressions untouched. Then:
+
+1. every query of every committed dashboard (deploy/grafana/dashboards/*.json), with the
+   template variables set to this run's workloads and pool, parses and returns data; a query
+   over a per-workload or per-pool metric returns series of this run's workloads / pool;
+2. every alert expression (each operand of `unless`, without its threshold) parses and returns
+   data the same way, and every rule evaluates without error;
+3. with the pipeline flowing, GovernorPipelineStalled{stage="decider"} is not firing; after the
+   decider is stopped (SIGTERM) while samples keep flowing, it fires.
+
+The panels and alerts over the actuator's metrics cannot have data here (the actuator needs a
+Kubernetes API server; test_actuator_e2e.py runs it): NOT_IN_RUN and ALERTS_NOT_IN_RUN list
+them, and the test fails if the queries without data differ from those lists in either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from governor import events
+from governor.bus import Consumer, Producer
+from governor.spec import policy_from_obj
+from governor.topics import ensure_topics
+from tests.fixtures.prometheus_stack import governor_prometheus, short_for_copy, wait_until
+from tests.support.procs import Service, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+RULES = ROOT / "deploy" / "prometheus" / "rules" / "governor.rules.yaml"
+
+# (dashboard, panel title, refId) of the queries whose metrics only the actuator exports.
+NOT_IN_RUN = frozenset(
+    {
+        ("pipeline", "Actuations by outcome", "A"),
+        ("pipeline", "Decision -> patch", "A"),
+        ("pipeline", "Decision -> patch", "B"),
+        ("pipeline", "Actuator refusals and failures", "A"),
+        ("pipeline", "Kubernetes API errors", "A"),
+    }
+)
+ALERTS_NOT_IN_RUN = frozenset(
+    {"GovernorActuatorErrors", "GovernorKubernetesApiErrors", "GovernorActuatorRefusals"}
+)
+# Metrics whose every series carries a workload label / a pool label.
+PER_WORKLOAD = (
+    "governor_decider_metric_value",
+    "governor_decider_metric_target",
+    "governor_decider_replicas",
+    "governor_decider_workload_decisions_total",
+    "governor_decider_panic_mode",
+    "governor_decider_shortfall_replicas",
+    "governor_decider_elastic_restarts",
+    "governor_collector_source_up",
+    "governor_collector_push_last_sample_timestamp_seconds",
+)
+PER_POOL = (
+    "governor_decider_pool_capacity",
+    "governor_decider_pool_allocated",
+    "governor_decider_pool_shortfall",
+    "governor_decider_shortfall_replicas",
+    "governor_decider_shortfalls_total",
+)
+GiB = float(2**30)
+
+
+def _policy(ns: str, name: str, pool: str, **spec: Any) -> events.PolicyRecord:
+    obj = {
+        "apiVersion": "governor.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minReplicas": 1, "pool": pool, **spec},
+    }
+    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+
+
+def dashboard_queries() -> list[tuple[str, str, str, str]]:
+    """(dashboard, panel title, refId, expr) of every panel query of the committed JSON."""
+    out = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        doc = json.loads(path.read_text())
+        for panel in doc["panels"]:
+            for t in panel.get("targets", []):
+                out.append((path.stem, panel["title"], t["refId"], t["expr"]))
+    return out
+
+
+def _split_top(expr: str, word: str) -> list[str]:
+    """Split on a binary operator keyword at parenthesis depth 0."""
+    parts, depth, start = [], 0, 0
+    i = 0
+    pattern = re.compile(rf"\s{word}\s")
+    while i < len(expr):
+        c = expr[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and (m := pattern.match(expr, i)):
+            parts.append(expr[start:i])
+            i = start = m.end()
+            continue
+        i += 1
+    parts.append(expr[start:])
+    return [p.strip() for p in parts]
+
+
+def _without_threshold(expr: str) -> str:
+    """`<query> > 0` -> `<query>`: the data an alert's condition is computed on."""
+    m = re.match(r"^(.*\S)\s*(?:>|<|>=|<=|==|!=)\s*[0-9.]+$", expr.strip(), re.S)
+    assert m, f"an alert expression is not `<query> <op> <number>`: {expr!r}"
+    return m.group(1)
+
+
+def alert_queries() -> list[tuple[str, dict[str, str], str]]:
+    """(alert, its fixed labels, data query) for each operand of every alert rule."""
+    doc = yaml.safe_load(RULES.read_text())
+    out = []
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            for part in _split_top(" ".join(rule["expr"].split()), "unless"):
+                out.append((rule["alert"], rule.get("labels", {}), _without_threshold(part)))
+    return out
+
+
+def _fill(expr: str, ns: str, pool: str) -> str:
+    return (
+        expr.replace("$__rate_interval", "1m")
+        .replace("$workload", f"{ns}/.*")
+        .replace("$pool", pool)
+    )
+
+
+def _labels_ok(expr: str, result: list[dict[str, Any]], ns: str, pool: str) -> str | None:
+    """Why the result does not show this run's workloads / pool, or None."""
+    per_workload = any(m in expr for m in PER_WORKLOAD) and "by (pool)" not in expr
+    if per_workload and not any(
+        s["metric"].get("workload", "").startswith(f"{ns}/") for s in result
+    ):
+        return f"no series with a workload of {ns}: {result[:3]}"
+    per_pool = any(m in expr for m in PER_POOL) and "pool" in expr
+    if per_pool and not any(s["metric"].get("pool") == pool for s in result):
+        return f"no series of pool {pool}: {result[:3]}"
+    return None
+
+
+async def test_dashboards_and_alerts_on_a_real_prometheus(
+    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
+) -> None:
+    bootstrap = kafka_bootstrap
+    await ensure_topics(bootstrap)
+    ns = f"obs-{unique_suffix}"
+    pool = f"obs-{unique_suffix}"
+    web, train, frozen = (
+        f"{ns}/Deployment/web",
+        f"{ns}/PyTorchJob/train",
+        f"{ns}/Deployment/frozen",
+    )
+    ours = {web, train, frozen}
+
+    agg_port, dec_port, col_port = free_port(), free_port(), free_port()
+    rules = short_for_copy(RULES, tmp_path / "governor.rules.yaml", "3s")
+    prom = governor_prometheus(
+        tmp_path / "prometheus",
+        {
+            "governor-collector": col_port,
+            "governor-aggregator": agg_port,
+            "governor-decider": dec_port,
+        },
+        [rules],
+    )
+
+    producer = Producer(bootstrap)
+    await producer.start()
+    nodes = [
+        events.NodeState(
+            node=f"{pool}-gpu",
+            pool=pool,
+            allocatable={"cpu": 32.0, "memory": 128 * GiB},
+            devices=[
+                *(
+                    events.Device(type="gpu", minor=i, pcie=str(i), free=100, total=100)
+                    for i in (0, 1)
+                ),
+                *(
+                    events.Device(type="rdma", minor=i, pcie=str(i), free=1, total=1)
+                    for i in (0, 1)
+                ),
+            ],
+            observed_at=time.time(),
+        ),
+        events.NodeState(
+            node=f"{pool}-cpu",
+            pool=pool,
+            allocatable={"cpu": 16.0, "memory": 64 * GiB},
+            observed_at=time.time(),
+        ),
+    ]
+    for node in nodes:
+        await producer.send(events.CLUSTER, node)
+    target = {"type": "AverageValue", "averageValue": 10}
+    await producer.send(
+        events.POLICIES,
+        _policy(
+            ns,
+            "web",
+            pool,
+            targetRef={"kind": "Deployment", "name": "web"},
+            maxReplicas=20,
+            metrics=[{"name": "rps", "target": target}],
+            panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        ),
+    )
+    await producer.send(
+        events.POLICIES,
+        _policy(
+            ns,
+            "train",
+            pool,
+            targetRef={
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": "train",
+                "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+            },
+            maxReplicas=8,
+            elastic={"floor": 1},
+            metrics=[{"name": "queue", "target": target}],
+        ),
+    )
+    await producer.send(
+        events.POLICIES,
+        _policy(
+            ns,
+            "frozen",
+            pool,
+            targetRef={"kind": "Deployment", "name": "frozen"},
+            maxReplicas=4,
+            metrics=[
+                {
+                    "name": "rps",
+                    "target": target,
+                    "source": {
+                        "type": "prometheus",
+                        "serverAddress": prom.url,
+                        "query": "sum(governor_observability_test_no_such_metric)",
+                        "intervalSeconds": 1,
+                    },
+                }
+            ],
+        ),
+    )
+    requests = {
+        web: {"cpu": 0.5, "memory": 0.5 * GiB},
+        train: {
+            "cpu": 2.0,
+            "memory": 8 * GiB,
+            "nvidia.com/gpu": 1.0,
+            "koordinator.sh/rdma": 1.0,
+        },
+    }
+    restarts = {web: 0, train: 3}
+
+    def state(workload: str, replicas: int) -> events.WorkloadState:
+        return events.WorkloadState(
+            workload=workload,
+            spec_replicas=replicas,
+            ready_replicas=replicas,
+            observed_at=time.time(),
+            requests=requests[workload],
+            pool=pool,
+            restarts=restarts[workload],
+            started_at=time.time() - 3600,
+        )
+
+    for wl in (web, train):
+        await producer.send(events.WORKLOADS, state(wl, 1))
+
+    kafka_env = {"KAFKA__BOOTSTRAP": bootstrap}
+
+    def env(prefix: str, values: dict[str, str]) -> dict[str, str]:
+        return {f"{prefix}_{k}": v for k, v in {**kafka_env, **values}.items()}
+
+    aggregator = Service(
+        "governor-aggregator",
+        env(
+            "GOVERNOR_AGGREGATOR",
+            {
+                "APP_ID": f"agg-{unique_suffix}",
+                "HTTP_PORT": str(agg_port),
+                "DATA_DIR": str(tmp_path / "agg"),
+                "PUBLISH_INTERVAL_MS": "300",
+            },
+        ),
+        agg_port,
+        tmp_path / "aggregator.log",
+    )
+    decider = Service(
+        "governor-decider",
+        env("GOVERNOR_DECIDER", {"GROUP_ID": f"dec-{unique_suffix}", "HTTP_PORT": str(dec_port)}),
+        dec_port,
+        tmp_path / "decider.log",
+    )
+    collector = Service(
+        "governor-collector",
+        env("GOVERNOR_COLLECTOR", {"HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(col_port)}),
+        col_port,
+        tmp_path / "collector.log",
+    )
+    services = [aggregator, decider, collector]
+
+    follow = Consumer(bootstrap, [events.DECISIONS], group_id=None, check_keys=False)
+    stop_feeding = asyncio.Event()
+
+    async def cluster() -> None:
+        """Every decision for our workloads is taken up at once."""
+        while True:
+            for m in await follow.poll(500):
+                d = m.value
+                if d is not None and d.workload in ours and d.workload in requests:
+                    await producer.send(events.WORKLOADS, state(d.workload, d.to_replicas))
+
+    async def feed() -> None:
+        """Real-time samples: web's load is a sawtooth (decisions keep coming), train's high."""
+        async with aiohttp.ClientSession() as http:
+            push_url = f"http://127.0.0.1:{col_port}/v1/samples"
+            # one bad push (400) and one undecodable record (dead letter) for the error panels
+            assert (await http.post(push_url, data=b"{not json")).status == 400
+            await (await producer.send_raw(events.METRICS.name, b"\xff garbage", key=b"x"))
+            t = 0
+            while not stop_feeding.is_set():
+                now = time.time()
+                rps = 30.0 + 10.0 * (t % 30)  # 30..320 over 30 steps
+                sample = {"workload": web, "metric": "rps", "value": rps, "timestamp": now}
+                resp = await http.post(push_url, json={"samples": [sample]})
+                assert resp.status == 200, await resp.text()
+                await producer.send(
+                    events.METRICS,
+                    events.MetricSample(workload=train, metric="queue", value=80.0, timestamp=now),
+                )
+                t += 1
+                await asyncio.sleep(0.25)
+
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for s in services:
+            await asyncio.to_thread(s.start)
+        await follow.start()
+        tasks = [asyncio.create_task(cluster()), asyncio.create_task(feed())]
+
+        # --- 1 + 2: every dashboard query and every alert expression has this run's data ------
+        queries = [(d, t, r, _fill(e, ns, pool)) for d, t, r, e in dashboard_queries()]
+        assert len(queries) >= 30
+        alert_parts = alert_queries()
+        pending: dict[tuple[str, ...], str] = {}
+
+        def check_all() -> dict[tuple[str, ...], str]:
+            problems: dict[tuple[str, ...], str] = {}
+            for dash, title, ref, expr in queries:
+                ok, result = prom.try_query(expr)
+                key = (dash, title, ref)
+                if not ok:
+                    problems[key] = f"error: {result}"
+                elif not result:
+                    problems[key] = "no data"
+                elif why := _labels_ok(expr, result, ns, pool):  # type: ignore[arg-type]
+                    problems[key] = why
+            for alert, labels, expr in alert_parts:
+                ok, result = prom.try_query(expr)
+                key = ("alert", alert, labels.get("stage", labels.get("source", "")), expr)
+                if not ok:
+                    problems[key] = f"error: {result}"
+                elif not result:
+                    problems[key] = "no data"
+                elif why := _labels_ok(expr, result, ns, pool):  # type: ignore[arg-type]
+                    problems[key] = why
+            return problems
+
+        def only_absent_services_left(problems: dict[tuple[str, ...], str]) -> bool:
+            return {k[:3] for k in problems if k[0] != "alert"} <= NOT_IN_RUN and {
+                k[1] for k in problems if k[0] == "alert"
+            } <= ALERTS_NOT_IN_RUN
+
+        deadline = time.monotonic() + 240
+        while True:
+            pending = await asyncio.to_thread(check_all)
+            if only_absent_services_left(pending) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(2)
+        detail = "\n".join(f"{k}: {v}" for k, v in sorted(pending.items()))
+        logs = "\n".join(s.tail(1500) for s in services)
+        assert only_absent_services_left(pending), (
+            f"queries without this run's data:\n{detail}\n{logs}"
+        )
+        # ... and exactly those: the lists cannot silently grow or keep stale entries.
+        assert {k[:3] for k in pending if k[0] != "alert"} == NOT_IN_RUN, detail
+        assert {k[1] for k in pending if k[0] == "alert"} == ALERTS_NOT_IN_RUN, detail
+        assert all(v == "no data" for v in pending.values()), detail
+        health = await asyncio.to_thread(prom.rules_health)
+        assert health and all(h == "ok" for _, h, _ in health), health
+
+        # The numbers behind the panels are this run's: GPUs and NICs of the node, the shortfall.
+        ok, cap = await asyncio.to_thread(
+            prom.try_query, f'governor_decider_pool_capacity{{pool="{pool}"}}'
+        )
+        assert ok and isinstance(cap, list)
+        by_resource = {s["metric"]["resource"]: float(s["value"][1]) for s in cap}
+        assert by_resource["nvidia.com/gpu"] == 2.0 and by_resource["koordinator.sh/rdma"] == 2.0
+        assert math.isclose(by_resource["cpu"], 48.0)
+
+        def short_of_train() -> float:
+            ok, short = prom.try_query(f'governor_decider_shortfall_replicas{{workload="{train}"}}')
+            return float(short[0]["value"][1]) if ok and short else 0.0  # type: ignore[index]
+
+        # train's damped desire climbs to 8 (rate limits); the pool has GPUs and NICs for 2.
+        short = await asyncio.to_thread(wait_until, short_of_train, 180, 2.0)
+        assert short >= 1, decider.tail()
+        ok, restarts_seen = await asyncio.to_thread(
+            prom.try_query, f'governor_decider_elastic_restarts{{workload="{train}"}}'
+        )
+        assert ok and isinstance(restarts_seen, list) and float(restarts_seen[0]["value"][1]) == 3
+
+        # --- 3: stopping the decider makes GovernorPipelineStalled{stage="decider"} fire ---------
+        def stalled(state_: str) -> list[dict[str, Any]]:
+            return [
+                a
+                for a in prom.alerts()
+                if a["labels"]["alertname"] == "GovernorPipelineStalled"
+                and a["labels"].get("stage") == "decider"
+                and a["state"] == state_
+            ]
+
+        assert not await asyncio.to_thread(stalled, "firing"), "stalled while flowing"
+        assert not await asyncio.to_thread(stalled, "pending"), "pending while flowing"
+        await asyncio.to_thread(decider.stop)
+        fired: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 300  # the rule's rate windows are 2 minutes
+        while not fired and time.monotonic() < deadline:
+            fired = await asyncio.to_thread(stalled, "firing")
+            await asyncio.sleep(2)
+        assert fired, (
+            f"GovernorPipelineStalled did not fire: {await asyncio.to_thread(prom.alerts)}"
+        )
+        assert fired[0]["labels"]["severity"] == "critical"
+        # The aggregator was still publishing windows: the alert is the decider's, not a lull.
+        ok, windows = await asyncio.to_thread(
+            prom.try_query, "sum(rate(governor_aggregator_windows_total[1m]))"
+        )
+        assert ok and isinstance(windows, list) and float(windows[0]["value"][1]) > 0
+    finally:
+        stop_feeding.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await follow.stop()
+        for s in services:
+            await asyncio.to_thread(s.stop)
+        prom.stop()
+        for name in ("web", "train", "frozen"):
+            await producer.tombstone(events.POLICIES, f"{ns}/{name}")
+        for node in nodes:
+            await producer.tombstone(events.CLUSTER, node.node)
+        await producer.stop()
