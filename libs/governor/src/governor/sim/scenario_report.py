@@ -47,6 +47,8 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
 
     names = [n for n in ("rebalance", "no-rebalance") if n in result.runs]
     services = {w.name: w for w in spec.workloads if w.kind == "service"}
+    palette = ["tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:cyan"]
+    color = {w.name: palette[i % len(palette)] for i, w in enumerate(spec.workloads)}
     fig, axes = plt.subplots(2, len(names), figsize=(7 * len(names), 8), sharex=True, squeeze=False)
     for col, name in enumerate(names):
         run = result.runs[name]
@@ -60,10 +62,29 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
             if short in services:
                 c = services[short].capacity_per_replica
                 top.plot(ts, [r[1] for r in rows], label=f"{short} load", color="black", lw=1)
-                top.plot(ts, [r[4] * c for r in rows], label=f"{short} ready × capacity", lw=1.5)
-            bottom.step(ts, [r[4] for r in rows], where="post", label=f"{short} ready", lw=1.5)
+                top.plot(
+                    ts,
+                    [r[4] * c for r in rows],
+                    label=f"{short} ready × capacity",
+                    lw=1.5,
+                    color=color.get(short),
+                )
             bottom.step(
-                ts, [r[2] for r in rows], where="post", ls="--", lw=0.8, label=f"{short} requested"
+                ts,
+                [r[4] for r in rows],
+                where="post",
+                label=f"{short} ready",
+                lw=1.5,
+                color=color.get(short),
+            )
+            bottom.step(
+                ts,
+                [r[2] for r in rows],
+                where="post",
+                ls="--",
+                lw=0.8,
+                label=f"{short} requested",
+                color=color.get(short),
             )
         if "alone" in result.runs and name == "rebalance":
             for wl, rows2 in sorted(_ready(result.runs["alone"]).items()):
@@ -81,7 +102,14 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
             for ax in (top, bottom):
                 ax.axvline(at, color="red", ls=":", lw=1)
             bottom.annotate(
-                f"{node} {kind}", (at, 0.5), rotation=90, fontsize=7, color="red", va="bottom"
+                f"{node} {kind}",
+                (at, 0.02),
+                xycoords=bottom.get_xaxis_transform(),
+                rotation=90,
+                fontsize=7,
+                color="red",
+                va="bottom",
+                ha="right",
             )
         s = run.summary
         lines = []
