@@ -264,3 +264,22 @@ def test_pod_events_recompute_only_their_namespace() -> None:
     assert keys(changes) == [("cluster", "n1", False), ("workloads", "ns/Deployment/web", False)]
     wl = next(c.value for c in changes if c.table == "workloads")
     assert isinstance(wl, WorkloadState) and wl.ready_replicas == 3
+
+
+def test_target_status_write_recomputes_its_namespace_only() -> None:
+    m = populated()
+    publish(m)
+    status = {**DEPLOYMENT, "status": {"observedGeneration": 1, "readyReplicas": 1}}
+    m.on_target(DEPLOY, "ns/web", DEPLOYMENT, status)
+    assert not m.policies_dirty and m.dirty_namespaces == {"ns"}
+    changes = publish(m)
+    assert keys(changes) == [("workloads", "ns/Deployment/web", False)]
+    wl = changes[0].value
+    assert isinstance(wl, WorkloadState) and wl.ready_replicas == 1
+    # the target goes away: its workload is tombstoned, its pods become unmanaged
+    m.on_target(DEPLOY, "ns/web", status, None)
+    assert keys(publish(m)) == [
+        ("cluster", "n1", False),
+        ("cluster", "n2", False),
+        ("workloads", "ns/Deployment/web", True),
+    ]

@@ -10,8 +10,10 @@ What each output depends on (so that `compute` only recomputes what an event can
 
 * a node's `NodeState`: the Node, its Device, the pods bound to it, and which pods are managed
   (the selectors of all policy targets; a change of that set recomputes every node);
-* policies and workloads: always recomputed (there are few), from the ScalingPolicy objects,
-  their targets, PriorityClasses and (for readiness without a status) the targets' pods.
+* policies and workloads: from the ScalingPolicy objects, their targets, PriorityClasses and
+  (for readiness without a status) the targets' pods. A policy or PriorityClass change (or a
+  target kind appearing) recomputes them all; a pod or target change only those of its namespace
+  (pods and target status writes are the frequent events).
 
 Keys whose inputs are unknown (an invalid ScalingPolicy, a target kind whose watch has not listed
 yet, a target that cannot be read) are left alone: neither updated nor tombstoned. An invalid
@@ -99,8 +101,8 @@ class ClusterModel:
         self._last_good: dict[str, ScalingPolicy] = {}
         self._last_selector: dict[str, tuple[str, LabelSelector]] = {}
         self._label_index: dict[tuple[str, str, str], list[Pod]] | None = None
-        # policies/workloads: recompute all (policy, target, class changes) or only the
-        # workloads of the namespaces whose pods changed (readiness)
+        # policies/workloads: recompute all (policy, PriorityClass, target kind changes) or only
+        # those of the namespaces whose pods (readiness) or targets changed
         self.policies_dirty = True
         self.dirty_namespaces: set[str] = set()
         self._policy_selector: dict[str, tuple[str, LabelSelector]] = {}
@@ -191,7 +193,8 @@ class ClusterModel:
             objs.pop(key, None)
         else:
             objs[key] = new
-        self.policies_dirty = True
+        # only the policies of its namespace can be affected (status writes are frequent)
+        self.dirty_namespaces.add(key.partition("/")[0])
         self.dirty = True
 
     def set_target_status(self, gvk: GVK, status: TargetStatus) -> None:
@@ -298,9 +301,11 @@ class ClusterModel:
         keep_policies: set[str] = set()  # unknown: neither update nor tombstone
         keep_workloads: set[str] = set()
         considered_workloads: set[str] = set()
+        considered_policies: set[str] = set()
         for key in sorted(self.policies):
             if not full and key.partition("/")[0] not in namespaces:
                 continue  # only pods changed, none in this namespace: nothing to redo
+            considered_policies.add(key)
             p = self.policy(key)
             if p is None:  # invalid now: keep what was published, go on with the last good one
                 keep_policies.add(key)
@@ -320,7 +325,7 @@ class ClusterModel:
                     self._policy_selector[key] = known
                 continue
             considered_workloads.add(p.workload)
-            if explicit_valid and full:
+            if explicit_valid:
                 try:
                     policy_out[key] = policy_record(self.policies[key], view, self.classes, now)
                 except PolicyError:  # validated above; the cache says valid
@@ -348,6 +353,9 @@ class ClusterModel:
             changes += self._diff("policies", policy_out, keep_policies, full=True)
             changes += self._diff("workloads", workload_out, keep_workloads, full=True)
         else:
+            changes += self._diff(
+                "policies", policy_out, keep_policies, full=False, considered=considered_policies
+            )
             changes += self._diff(
                 "workloads",
                 workload_out,
