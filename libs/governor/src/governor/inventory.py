@@ -980,7 +980,7 @@ def policy_record(
     policy = policy_from_cluster(obj)
     class_name = view.priority_class if view is not None else ""
     policy = resolve_priority(policy, priority_is_set(obj), class_name, classes)
-    return PolicyRecord(policy=policy, published_at=now)
+    return PolicyRecord(policy=policy, published_at=now, origin="cluster")
 
 
 # --- change detection -------------------------------------------------------------------------
