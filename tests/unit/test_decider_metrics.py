@@ -1,0 +1,120 @@
+"""The decider's per-workload and per-pool gauges, from a DeciderCore fed without Kafka: what a
+dashboard shows is what stage 1 and stage 2 decided."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import REGISTRY
+
+from governor import events
+from governor.spec import policy_from_obj
+from governor_decider.main import Decider, DeciderSettings
+
+GiB = float(2**30)
+
+
+def _value(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str]:
+    d = Decider(DeciderSettings())  # no I/O until run()
+    gpus = [events.Device(type="gpu", minor=i, pcie=str(i), free=100, total=100) for i in (0, 1)]
+    nics = [events.Device(type="rdma", minor=0, pcie="0", free=1, total=1)]
+    d._node(
+        events.NodeState(
+            node=f"{pool}-n", pool=pool, allocatable={"cpu": 8.0, "memory": 32 * GiB},
+            devices=gpus + nics,
+        )
+    )  # fmt: skip
+    train, web = f"{ns}/PyTorchJob/train", f"{ns}/Deployment/web"
+    for name, kind, extra, requests in (
+        ("train", "PyTorchJob", {"elastic": {"floor": 1}}, {"cpu": 1.0, "nvidia.com/gpu": 1.0,
+                                                           "koordinator.sh/rdma": 1.0}),
+        ("web", "Deployment", {}, {"cpu": 0.5, "memory": GiB}),
+    ):  # fmt: skip
+        policy = policy_from_obj(
+            {
+                "apiVersion": "governor.dev/v1alpha1",
+                "kind": "ScalingPolicy",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "targetRef": {"kind": kind, "name": name},
+                    "minReplicas": 1,
+                    "maxReplicas": 8,
+                    "pool": pool,
+                    "metrics": [
+                        {"name": "q", "target": {"type": "AverageValue", "averageValue": 10}}
+                    ],
+                    **extra,
+                },
+            }
+        )
+        d._policy(f"{ns}/{name}", events.PolicyRecord(policy=policy))
+        d._workload(
+            events.WorkloadState(
+                workload=policy.workload, spec_replicas=1, ready_replicas=1, observed_at=now - 1,
+                requests=requests, pool=pool, restarts=4 if name == "train" else 0,
+                started_at=now - 3600,
+            )
+        )  # fmt: skip
+        for kind_ in ("stable", "panic"):
+            size = 60.0 if kind_ == "stable" else 6.0
+            d.core.on_window(
+                events.LoadWindow(
+                    workload=policy.workload, metric="q", window=kind_, start=now - size,
+                    end=now, count=10, mean=80.0, max=80.0, p95=80.0, newest_sample=now - 0.5,
+                    closed=False,
+                )
+            )  # fmt: skip
+    return d, train, web
+
+
+async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recommendation() -> None:
+    now = time.time()
+    pool, ns = "metrics-test-pool", "metrics-test"
+    d, train, web = _decider(pool, ns, now)
+    published: list[object] = []
+
+    async def send(topic: object, value: object) -> None:
+        published.append(value)
+
+    d.producer.send = send  # type: ignore[method-assign,assignment]
+    d.producer.publish = send  # type: ignore[method-assign,assignment]
+    await d._decide(train, now, "load")
+    await d._decide(web, now, "load")
+    await d._decide_pool(pool, now)
+
+    gpu, rdma = "nvidia.com/gpu", "koordinator.sh/rdma"
+    cap = {r: _value("governor_decider_pool_capacity", pool=pool, resource=r) for r in (gpu, rdma)}
+    assert cap == {gpu: 2.0, rdma: 1.0}
+    assert _value("governor_decider_pool_capacity", pool=pool, resource="cpu") == 8.0
+    # train wants more (80 / 10 = 8, damped by the scale-up rate) than the one RDMA VF allows.
+    alloc = d.core.pools[pool].allocation
+    assert alloc is not None
+    granted = alloc.grants[train].replicas
+    assert granted == 1
+    assert _value("governor_decider_pool_allocated", pool=pool, resource=gpu) == granted
+    assert _value("governor_decider_pool_allocated", pool=pool, resource=rdma) == granted
+    web_granted = alloc.grants[web].replicas
+    cpu = _value("governor_decider_pool_allocated", pool=pool, resource="cpu")
+    assert cpu == granted * 1.0 + web_granted * 0.5
+    wanted = alloc.grants[train].wanted
+    assert wanted > granted
+    assert _value("governor_decider_shortfall_replicas", workload=train, pool=pool) == wanted - 1
+    assert (_value("governor_decider_pool_shortfall", pool=pool, resource=rdma) or 0) > 0
+    assert _value("governor_decider_elastic_restarts", workload=train) == 4
+    assert _value("governor_decider_elastic_restarts", workload=web) is None  # not elastic
+    assert _value("governor_decider_metric_value", workload=train, metric="q") == 80.0
+    target = {"workload": train, "metric": "q", "target_type": "AverageValue"}
+    assert _value("governor_decider_metric_target", **target) == 10.0
+    assert _value("governor_decider_replicas", workload=train, kind="desired") == wanted
+    assert _value("governor_decider_replicas", workload=train, kind="max") == 8
+
+    # A deleted policy takes its workload's series with it.
+    d._policy(f"{ns}/train", None)
+    assert _value("governor_decider_replicas", workload=train, kind="desired") is None
+    assert _value("governor_decider_elastic_restarts", workload=train) is None
+    assert _value("governor_decider_metric_value", workload=train, metric="q") is None
+    assert _value("governor_decider_replicas", workload=web, kind="desired") is not None
