@@ -291,3 +291,14 @@ def test_elastic_damping_on_the_bounds_path() -> None:
     out = core.decide(TRAIN, t + 20)  # grow 4 -> 8 within the interval: held, with the rule
     assert out.decision is None
     assert core.memory[TRAIN].elastic.pending_since == t + 20
+
+
+def test_a_published_throughput_metric_is_remembered_per_replica_count() -> None:
+    core = DeciderCore()
+    core.on_policy("ml/train", job_policy())
+    t = 5000.0
+    core.on_workload(states(0, 8, t - 1)[1])
+    for w in windows(TRAIN, "work", 8.0, t) + windows(TRAIN, "throughput", 640.0, t):
+        core.on_window(w)
+    core.decide(TRAIN, t)
+    assert core.memory[TRAIN].elastic.throughput == {8: 640.0}
