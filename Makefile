@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 ARGS ?=
 
-.PHONY: setup demo test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
+.PHONY: setup demo demo-stack test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
 
 setup:
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python >= 3.11"; exit 1; }
@@ -16,6 +16,12 @@ DEMO_ARGS ?= builtin:google-2019-cpu --capacity-per-replica 1.5 --baseline hpa -
 demo: setup
 	$(UV) run --frozen governor simulate $(DEMO_ARGS) $(ARGS)
 	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
+
+# The whole stack on one machine: local Kafka and kube-apiserver (the project's scripts), every
+# service as a process, simulated workloads replaying real traces time-compressed, a live view and
+# out/demo-stack/report.html. ARGS: --duration S --speed N --trace NAME --headless.
+demo-stack: setup
+	$(UV) run --frozen governor demo $(ARGS)
 
 test: setup
 	$(UV) run --frozen pytest $(ARGS)
