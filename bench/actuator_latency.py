@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -175,6 +176,9 @@ async def main() -> None:
     ap.add_argument("--burst", type=int, default=200)
     ap.add_argument("--kubeconfig", type=Path)
     ap.add_argument("--bootstrap", default=bus.default_bootstrap())
+    ap.add_argument(
+        "--in-process", action="store_true", help="run the actuator's Service in this process"
+    )
     args = ap.parse_args()
 
     kubeconfig = args.kubeconfig or devcluster_kubeconfig()
@@ -215,12 +219,23 @@ async def main() -> None:
         "http": {"host": "127.0.0.1", "port": port},
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    exe = Path(sys.executable).parent / "governor-actuator"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GOVERNOR_ACTUATOR_")}
     log = (workdir / "actuator.log").open("wb")
-    proc = subprocess.Popen(  # noqa: ASYNC220 - started once
-        [str(exe), "--config", str(workdir / "config.yaml")], stdout=log, stderr=log, env=env
-    )
+    proc: subprocess.Popen[bytes] | None = None
+    service: Any = None
+    runner: asyncio.Task[None] | None = None
+    if args.in_process:
+        from governor_actuator.config import ActuatorSettings
+        from governor_actuator.main import Service
+
+        service = Service(msgspec.convert(cfg, ActuatorSettings))
+        await service.start()
+        runner = asyncio.create_task(service.run())
+    else:
+        exe = Path(sys.executable).parent / "governor-actuator"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GOVERNOR_ACTUATOR_")}
+        proc = subprocess.Popen(  # noqa: ASYNC220 - started once
+            [str(exe), "--config", str(workdir / "config.yaml")], stdout=log, stderr=log, env=env
+        )
     collector = Collector(args.bootstrap, atopic)
     ctask = asyncio.create_task(collector.run())
     producer = bus.Producer(args.bootstrap, client_id="bench")
@@ -284,8 +299,13 @@ async def main() -> None:
     finally:
         await producer.stop()
         ctask.cancel()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        if service is not None and runner is not None:
+            service.request_stop()
+            await runner
+            await service.stop()
         log.close()
         await api.close()
 
