@@ -23,6 +23,12 @@ The simulated cluster, every `tick_seconds` (the decider's tick):
    failure that leaves bound pods without room evicts the lowest tier's first); a bound pod serves
    `startupSeconds` later; pending pods wait.
 
+The decider's allocation re-places every managed replica from scratch (policy/allocate.py),
+while the simulated scheduler never moves a bound pod. After a failure that fragments the
+devices the two can differ: the decider may count a replica that the scheduler can only bind by
+moving another pod, so that replica stays pending (in the example, one trainer worker after the
+GPU failure). That is the gap a real cluster has without a descheduler, and the run shows it.
+
 Scoring is per second: a service's violation second has load > ready × capacityPerReplica; a
 training job progresses at speedup(ready) = ready ** scalingEfficiency per second except for
 `restartSeconds` after every change of its ready workers (TorchElastic restarts them all: a
