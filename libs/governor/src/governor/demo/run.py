@@ -128,9 +128,9 @@ def service_env(ts: sc.TimeScale, out: Path) -> dict[str, dict[str, str]]:
         "aggregator": {
             "APP_ID": "demo-aggregator",
             "STABLE_WINDOW_SECONDS": f"{stable:g}",
-            "STABLE_HOP_SECONDS": f"{stable / 3:g}",
+            "STABLE_HOP_SECONDS": f"{round(stable / 4, 3):g}",
             "PANIC_WINDOW_SECONDS": f"{panic:g}",
-            "PANIC_HOP_SECONDS": f"{panic / 2:g}",
+            "PANIC_HOP_SECONDS": f"{round(panic / 2, 3):g}",
             "ALLOWED_LATENESS_SECONDS": f"{min(2.0, panic / 2):g}",
             "PUBLISH_INTERVAL_MS": "200",
         },

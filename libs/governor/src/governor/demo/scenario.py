@@ -37,8 +37,8 @@ METRIC = "rps"  # per-pod requests per second (Value target: the average over re
 TRAIN_METRIC = "queue"  # the training job's pending work, in workers (AverageValue 1)
 
 # --- durations in trace seconds --------------------------------------------------------------
-TRACE_STABLE_WINDOW = 30.0
-TRACE_PANIC_WINDOW = 10.0
+TRACE_STABLE_WINDOW = 20.0
+TRACE_PANIC_WINDOW = 6.0
 TRACE_DECISION_STEP = 15.0
 TRACE_UP_PERIOD = 20
 TRACE_DOWN_WINDOW = 60
@@ -48,7 +48,7 @@ TRACE_TRAIN_STARTUP = 60.0
 TRACE_RESTART_PENALTY = 30.0
 TRACE_MIN_RESIZE = 60.0
 TRACE_PENDING_GRACE = 60.0
-TRACE_SAMPLE_PERIOD = 5.0
+TRACE_SAMPLE_PERIOD = 2.5
 
 CAPACITY_PER_REPLICA = 10.0  # requests per second one web replica serves (C)
 TARGET_PER_POD = 7.0  # the policies' target: 70 % of C per ready pod

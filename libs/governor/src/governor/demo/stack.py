@@ -64,7 +64,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _script_env() -> dict[str, str]:
+def script_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["GOVERNOR_KAFKA_PORT"] = str(KAFKA_PORT)
     env["GOVERNOR_KAFKA_CONTROLLER_PORT"] = str(KAFKA_CONTROLLER_PORT)
@@ -135,7 +135,7 @@ class Stack:
             try:
                 done = subprocess.run(
                     ["bash", str(script), verb],
-                    env=_script_env(),
+                    env=script_env(),
                     stdout=subprocess.PIPE,
                     stderr=err,
                     stdin=subprocess.DEVNULL,
