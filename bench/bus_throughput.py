@@ -14,6 +14,12 @@ key check, commit per batch) vs a plain AIOKafkaConsumer getmany loop with the s
 commits that does not decode at all (and one that decodes, for reference).
 Also: msgspec JSON vs msgpack encode+decode of MetricSample (the codec choice).
 
+On a shared machine give it a broker of its own, so that nobody else's traffic or restart lands
+in the measurement:
+    GOVERNOR_KAFKA_PORT=19592 GOVERNOR_KAFKA_CONTROLLER_PORT=19593 bash deploy/kafka/kafka.sh up
+    uv run python bench/bus_throughput.py --bootstrap 127.0.0.1:19592
+    GOVERNOR_KAFKA_PORT=19592 bash deploy/kafka/kafka.sh destroy
+
 Not a test; CI does not run it. Without --bootstrap it starts (or reuses) the local broker.
 """
 
