@@ -87,9 +87,7 @@ def test_burst_shrinks_the_job_the_service_keeps_its_slo_and_the_gpus_come_back(
 
 def test_scenario_errors_name_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        EXAMPLE.read_text().replace("{at: 2700, node: gpu-1", "{at: 2700, node: gpu-9")
-    )
+    bad.write_text(EXAMPLE.read_text().replace("{at: 2700, node: gpu-1", "{at: 2700, node: gpu-9"))
     with pytest.raises(ScenarioError, match="unknown node 'gpu-9'"):
         load_scenario(bad)
     bad.write_text(EXAMPLE.read_text().replace("name: load", "name: rps", 1))
