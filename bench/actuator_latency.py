@@ -177,6 +177,11 @@ async def main() -> None:
     ap.add_argument("--kubeconfig", type=Path)
     ap.add_argument("--bootstrap", default=bus.default_bootstrap())
     ap.add_argument(
+        "--no-side-writes",
+        action="store_true",
+        help="no Events and no ScalingPolicy status (patches only), to see what they cost",
+    )
+    ap.add_argument(
         "--in-process", action="store_true", help="run the actuator's Service in this process"
     )
     args = ap.parse_args()
@@ -217,6 +222,8 @@ async def main() -> None:
         "burst": args.burst,
         "log_level": "WARNING",
         "http": {"host": "127.0.0.1", "port": port},
+        "events": not args.no_side_writes,
+        "write_status": not args.no_side_writes,
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     log = (workdir / "actuator.log").open("wb")

@@ -149,7 +149,12 @@ class Actuator:
         self.kube = kube
         self.settings = settings
         self.rules = settings.rules()
+        # Two QPS budgets: decisions (reads, the fenced patch) and side writes (status, Events),
+        # so a flood of side writes never delays a patch. The API server sees at most their sum.
         self._bucket = core.TokenBucket(settings.qps, settings.burst, time.monotonic())
+        self._side_bucket = core.TokenBucket(
+            settings.side_qps, settings.side_burst, time.monotonic()
+        )
         self._bucket_lock = asyncio.Lock()
         # ScalingPolicies per namespace, one LIST per policy_ttl_seconds (a name not in the
         # list is fetched at once, so a new policy is seen without waiting for the TTL).
@@ -176,12 +181,13 @@ class Actuator:
 
     # --- API calls with a budget and retries --------------------------------------------------
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, side: bool = False) -> T:
+        bucket = self._side_bucket if side else self._bucket
         attempt = 0
         while True:
             attempt += 1
             async with self._bucket_lock:
-                wait = self._bucket.reserve(time.monotonic())
+                wait = bucket.reserve(time.monotonic())
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
@@ -586,6 +592,7 @@ class Actuator:
                     subresource="status",
                     field_manager=self.settings.field_manager,
                 ),
+                side=True,
             )
         except KubeError as e:
             STATUS_ERRORS.inc()
@@ -629,6 +636,7 @@ class Actuator:
                     await self._call(
                         f"event on {workload}",
                         lambda: self.kube.create("v1", "events", body, namespace=ns),
+                        side=True,
                     )
                 except KubeError as e:
                     log.warning(

@@ -47,9 +47,13 @@ class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     allowed_kinds: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_KINDS))
     # Server-side dry run: patches are validated by the API server but not persisted.
     dry_run: bool = False
-    # Client-side QPS budget for all API calls, and retries on 429/5xx/no answer.
+    # Client-side QPS budgets, and retries on 429/5xx/no answer: `qps` for what decisions need
+    # (reads, the fenced patch), `side_qps` for ScalingPolicy status and Events (coalesced or
+    # queued when over budget). The API server sees at most qps + side_qps from the actuator.
     qps: float = 50.0
     burst: int = 100
+    side_qps: float = 20.0
+    side_burst: int = 40
     max_retries: int = 5
     request_timeout_seconds: float = 15.0
     # How long a ScalingPolicy and a namespace's HPA/ScaledObject lists are reused.
