@@ -535,6 +535,29 @@ async def test_dry_run_validates_but_changes_nothing(stack: Stack) -> None:
     assert "lastDecisionId" not in obj_status
 
 
+async def test_refusals_that_need_the_api_server(stack: Stack) -> None:
+    """No ScalingPolicy, a target that does not exist, a kind not allowed, a policy that says
+    another workload -- refused with the reason, nothing written (in-process actuator)."""
+    kube, ns = stack.kube, stack.ns
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "ghost"}
+    await kube.apply(scaling_policy(ns, "ghost", ref), field_manager="tests")
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}
+    await kube.apply(scaling_policy(ns, "db", sts), field_manager="tests")
+    actuator = Actuator(
+        kube, ActuatorSettings(allowed_namespaces=[ns], allowed_kinds=["Deployment.apps"])
+    )
+    cases = [
+        (decision(f"{ns}/Deployment/nobody", 1, 2), "no_policy"),
+        (decision(f"{ns}/Deployment/ghost", 1, 2, policy=f"{ns}/ghost"), "target_not_found"),
+        (decision(f"{ns}/StatefulSet/db", 1, 2, policy=f"{ns}/db"), "kind_not_allowed"),
+        (decision(f"{ns}/Deployment/web", 1, 2, policy=f"{ns}/ghost"), "policy_mismatch"),
+    ]
+    for d, code in cases:
+        a = await actuator.handle(d)
+        assert a.outcome == "refused" and a.reason.startswith(f"{code}:"), (code, a)
+    await actuator.drain()
+
+
 # --- restart: replays change nothing ------------------------------------------------------------
 
 
