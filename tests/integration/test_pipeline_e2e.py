@@ -86,6 +86,30 @@ async def _drain(
     return out
 
 
+async def _until_aggregating(bootstrap: str, producer: Producer, workload: str) -> None:
+    """A new aggregator group starts at the newest offsets once it has its partitions: wait
+    until it demonstrably consumes (a window of a warm-up workload comes out) before the trace,
+    so no sample of the trace falls before its starting point."""
+    watch = Consumer(bootstrap, [events.LOAD], group_id=None, check_keys=False)
+    await watch.start()
+    await watch._c().seek_to_end()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            await producer.send(
+                events.METRICS,
+                events.MetricSample(
+                    workload=workload, metric="rps", value=1.0, timestamp=time.time()
+                ),
+            )
+            for m in await watch.poll(500):
+                if m.value is not None and m.value.workload == workload:
+                    return
+        raise TimeoutError("the aggregator produced no window for the warm-up samples in 60 s")
+    finally:
+        await watch.stop()
+
+
 async def test_samples_to_decisions_end_to_end(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
@@ -174,6 +198,7 @@ async def test_samples_to_decisions_end_to_end(
                 )
 
     cluster_task = asyncio.create_task(cluster())
+    await _until_aggregating(bootstrap, producer, f"{ns}/Deployment/warmup")
     sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
     t0 = time.time() - TRACE_SECONDS
     try:
