@@ -506,9 +506,10 @@ class Actuator:
         if outcome == "dry_run" or quiet:
             return actuation
         if policy is not None and self.settings.write_status:
-            self._queue_status(policy, decision, outcome, reason, from_replicas)
+            observed = state.replicas if state is not None else None
+            self._queue_status(policy, decision, outcome, reason, observed)
         if self.settings.events and policy is not None:
-            self._queue_event(policy, decision, outcome, reason, obj, result)
+            self._queue_event(policy, decision, outcome, reason, obj, result, from_replicas)
         return actuation
 
     # --- background writers -------------------------------------------------------------------
@@ -611,8 +612,9 @@ class Actuator:
         reason: str,
         obj: dict[str, Any] | None,
         result: dict[str, Any] | None,
+        from_replicas: int | None,
     ) -> None:
-        body = self._event_body(policy, decision, outcome, reason, obj, result)
+        body = self._event_body(policy, decision, outcome, reason, obj, result, from_replicas)
         try:
             self._events.put_nowait(
                 (policy.metadata.namespace, body, decision.workload, decision.decision_id)
@@ -665,6 +667,7 @@ class Actuator:
         reason: str,
         obj: dict[str, Any] | None,
         result: dict[str, Any] | None,
+        from_replicas: int | None,
     ) -> dict[str, Any]:
         ref = policy.spec.target_ref
         ns = policy.metadata.namespace
@@ -680,7 +683,7 @@ class Actuator:
         if outcome == "applied":
             event_reason, kind = "GovernorScaled", "Normal"
             message = (
-                f"scaled {decision.from_replicas}->{decision.to_replicas} "
+                f"scaled {from_replicas}->{decision.to_replicas} "
                 f"(seq {decision.seq}, {decision.decision_id}): {reason}"
             )
         elif outcome == "noop":
