@@ -112,3 +112,56 @@ def test_policy_tombstone_stops_decisions() -> None:
     core = core_with(load=700.0, replicas=2, now=now)
     core.on_policy("shop/web", None)
     assert core.decide(WL, now).note == "no policy"
+
+
+def kafka_policy(allow_idle: bool = False) -> ScalingPolicy:
+    from governor.spec import policy_from_obj
+
+    return policy_from_obj(
+        {
+            "apiVersion": "governor.dev/v1alpha1",
+            "kind": "ScalingPolicy",
+            "metadata": {"name": "consumer", "namespace": "shop"},
+            "spec": {
+                "targetRef": {"kind": "Deployment", "name": "web"},
+                "maxReplicas": 50,
+                "metrics": [
+                    {
+                        "name": "lag",
+                        "source": {
+                            "type": "kafka_lag",
+                            "topic": "orders",
+                            "consumerGroup": "g",
+                            "allowIdleConsumers": allow_idle,
+                        },
+                        "target": {"type": "AverageValue", "averageValue": 10},
+                    }
+                ],
+                "behavior": {
+                    "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 15}]}
+                },
+            },
+        }
+    )
+
+
+def lag_window(metric: str, value: float, end: float) -> LoadWindow:
+    return LoadWindow(
+        workload=WL, metric=metric, window="stable", start=end - 60, end=end, count=5,
+        mean=value, max=value, p95=value, newest_sample=end - 1,
+    )  # fmt: skip
+
+
+def test_kafka_lag_consumer_is_capped_at_the_partition_count() -> None:
+    now = 1000.0
+    for allow_idle, want in ((False, 6), (True, 40)):
+        core = DeciderCore()
+        core.on_policy("shop/consumer", kafka_policy(allow_idle))
+        core.on_workload(state(1, at=now - 1))
+        core.on_window(lag_window("lag", 400.0, now))  # 400 / 10 -> 40 replicas
+        core.on_window(lag_window("lag.partitions", 6.0, now))
+        d = core.decide(WL, now).decision
+        assert d is not None
+        assert d.to_replicas == want, allow_idle
+        if not allow_idle:
+            assert any(r.rule == "cap" for r in d.reasons)

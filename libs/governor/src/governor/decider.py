@@ -52,9 +52,17 @@ from governor.policy import elastic as el
 from governor.policy import evaluate
 from governor.policy.allocate import Allocation
 from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
-from governor.policy.stages import WindowKey, bound, newer, observe, recommend
+from governor.policy.stages import (
+    WindowKey,
+    bound,
+    newer,
+    observe,
+    partition_cap,
+    recommend,
+    with_cap,
+)
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
-from governor.spec import ScalingPolicy
+from governor.spec import ScalingPolicy, ScalingPolicySpec
 
 _STATE_ENCODER = msgspec.msgpack.Encoder()
 _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
@@ -128,6 +136,9 @@ class DeciderCore:
     windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
     memory: dict[str, _Memory] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
+    _cap_memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]] = field(
+        default_factory=dict
+    )
     recommendations: dict[str, dict[str, Recommendation]] = field(default_factory=dict)  # by pool
     pools: dict[str, _PoolMemory] = field(default_factory=dict)
 
@@ -216,9 +227,8 @@ class DeciderCore:
         windows = self.windows.get(workload, {})
         observations = observe(policy.spec, windows)
         inputs = ScaleInputs(workload=seen, observations=observations)
-        result, mem.state = evaluate(
-            policy.spec, inputs, mem.state, now, step_seconds=self.step_seconds
-        )
+        spec = self._capped(workload, policy.spec, partition_cap(policy.spec, windows))
+        result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
             if tput is not None and tput.count and observed.ready_replicas == current:
@@ -227,6 +237,17 @@ class DeciderCore:
             return Outputs(note=", ".join(r.detail or r.rule for r in result.reasons))
         rec = recommend(policy, seen, result, now)
         return _Stage1(policy, observed, mem, current, result, rec)
+
+    def _capped(self, workload: str, spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
+        """The spec with the partition cap; memoized, since evaluate caches per spec object."""
+        if cap is None:
+            return spec
+        key = (workload, cap)
+        hit = self._cap_memo.get(key)
+        if hit is None or hit[0] is not spec:
+            hit = (spec, with_cap(spec, cap))
+            self._cap_memo[key] = hit
+        return hit[1]
 
     def _current(self, mem: _Memory, observed: WorkloadState, now: float) -> int:
         in_flight = (

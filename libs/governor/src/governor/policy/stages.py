@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import msgspec
+
 from governor.events import LoadWindow, Reason, Recommendation, WindowKind, WorkloadState
 from governor.policy.types import MetricObservation, ScaleResult
-from governor.spec import ScalingPolicy, ScalingPolicySpec
+from governor.spec import KafkaLagSource, ScalingPolicy, ScalingPolicySpec
 from governor.windows import statistic
 
 WindowKey = tuple[str, WindowKind]  # (metric, window kind)
@@ -49,6 +51,34 @@ def observe(
             newest_sample=newest,
         )
     return out
+
+
+PARTITIONS_SUFFIX = ".partitions"
+
+
+def partition_cap(spec: ScalingPolicySpec, windows: Mapping[WindowKey, LoadWindow]) -> int | None:
+    """The replicas a Kafka-lag consumer can use: its topic's partition count.
+
+    The collector's `kafka_lag` source publishes `<metric>.partitions` beside the lag (KEDA caps
+    replicas at the partition count unless idle consumers are allowed); the newest window's max
+    is the count. None when no such metric is known.
+    """
+    cap: int | None = None
+    for metric in spec.metrics:
+        source = metric.source
+        if not isinstance(source, KafkaLagSource) or source.allow_idle_consumers:
+            continue
+        window = windows.get((metric.name + PARTITIONS_SUFFIX, "stable"))
+        if window is not None and window.count and window.max >= 1:
+            cap = int(window.max) if cap is None else min(cap, int(window.max))
+    return cap
+
+
+def with_cap(spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
+    """`spec` with its replicaCap lowered to `cap` (the same object when nothing changes)."""
+    if cap is None or (spec.replica_cap is not None and spec.replica_cap <= cap):
+        return spec
+    return msgspec.structs.replace(spec, replica_cap=max(cap, spec.min_replicas, 1))
 
 
 def floor_of(spec: ScalingPolicySpec) -> int:
