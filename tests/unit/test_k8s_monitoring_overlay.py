@@ -117,12 +117,6 @@ def _served_port(deployment: dict[str, Any]) -> tuple[str, int]:
     return (s.http_host, s.http_port) if hasattr(s, "http_port") else (s.http.host, s.http.port)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy/k8s/base/config/{aggregator,decider}.yaml set no http_host/http_port: those "
-    "services listen on 127.0.0.1:8082/8083, not on the containerPort 8080 the probes and the "
-    "ServiceMonitor use (reported to the base's owner; remove this mark once fixed)",
-)
 def test_every_container_serves_metrics_on_its_http_port() -> None:
     wrong = {}
     for d in _docs(BASE / "deployments.yaml"):
