@@ -19,11 +19,14 @@ whole window.
 from __future__ import annotations
 
 import logging
+import math
 import time
+import weakref
 from typing import Any, Literal
 
 import faust
 import msgspec
+from faust.streams import _current_event
 from prometheus_client import Counter, Gauge
 
 from governor import events
@@ -47,7 +50,7 @@ from governor.windows import (
     WindowSpec,
     estimate,
     hopping,
-    ingest,
+    ingest_many,
     to_load_window,
 )
 
@@ -78,6 +81,9 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     # a fresh deployment has no use for the samples retained from before it existed.
     auto_offset_reset: Literal["latest", "earliest"] = "latest"
     producer_buffer_messages: int = 10_000
+    # Samples are handled in batches of at most this many, waiting at most this long to fill one.
+    batch_max_samples: int = 5_000
+    batch_within_ms: int = 10
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
@@ -154,7 +160,6 @@ def build_app(s: AggregatorSettings) -> faust.App:
     }
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
     metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
-    load_topic = app.topic(s.load_topic, **raw)
     dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
     table = app.Table(
         "governor-aggregator-series",
@@ -168,14 +173,45 @@ def build_app(s: AggregatorSettings) -> faust.App:
     # Next offset to handle per metrics partition (governor_bus_consumer_lag).
     handled: dict[tuple[str, int], int] = {}
 
-    def publish(window: events.LoadWindow) -> None:
-        # Buffered like the table's changelog writes; faust flushes before it commits offsets.
-        load_topic.send_soon(
-            key=window.workload.encode(),
-            value=_LOAD.encode(window),
-            headers=list(_LOAD.headers),
+    # Per series: when its open-window estimates were last published (monotonic) and what they
+    # were ((start, count) of the stable and the panic estimate), so an unchanged estimate is
+    # not sent again and a series is published at most every publish_interval_ms.
+    interval = s.publish_interval_ms / 1000.0
+    published_at: dict[str, float] = {}
+    published: dict[str, tuple[tuple[float, int], ...]] = {}
+    producer_headers = list(_LOAD.headers)
+
+    async def publish(window: events.LoadWindow) -> None:
+        # Straight into the Kafka producer (no faust buffer task per message); faust flushes the
+        # producer before it commits source offsets, and events are acked only after their batch
+        # was handled, so a window is sent before the offsets of its samples are committed.
+        await app.producer.send(
+            s.load_topic,
+            window.workload.encode(),
+            _LOAD.encode(window),
+            partition=None,
+            timestamp=None,
+            headers=producer_headers,
         )
         WINDOWS.labels(window.window, "closed" if window.closed else "open").inc()
+
+    async def publish_open(key: str, state: MetricWindows) -> None:
+        """The open windows' running estimates of one series, those that changed."""
+        workload, metric = key.split(_SEP)
+        before = published.get(key, ())
+        sig: list[tuple[float, int]] = []
+        kinds: tuple[tuple[WindowKind, SeriesWindows], ...] = (
+            ("stable", state.stable),
+            ("panic", state.panic),
+        )
+        for i, (kind, series) in enumerate(kinds):
+            newest = series.newest if series.newest is not None else time.time()
+            acc = estimate(series, newest)
+            sig.append((acc.start, acc.count) if acc is not None else (-1.0, 0))
+            if acc is not None and (len(before) <= i or before[i] != sig[i]):
+                await publish(to_load_window(acc, workload, metric, kind, closed=False))
+        published[key] = tuple(sig)
+        published_at[key] = time.monotonic()
 
     async def dead_letter(rec: _Record, err: DeadLetter) -> None:
         await dlq_topic.send(
@@ -194,55 +230,91 @@ def build_app(s: AggregatorSettings) -> faust.App:
         DEAD_LETTERS.labels(rec.topic, err.reason).inc()
         log.warning("dead-lettered a sample: %s", err, extra={"offset": rec.offset})
 
-    @app.agent(metrics_topic)
-    async def aggregate(stream: Any) -> Any:
-        async for event in stream.events():
-            rec = _Record(event.message)
-            handled[(rec.topic, rec.partition)] = rec.offset + 1
-            try:
-                sample = decoder(rec).value
-            except DeadLetter as err:
-                await dead_letter(rec, err)
-                continue
-            assert sample is not None
-            key = series_key(sample.workload, sample.metric)
-            stored = table.get(key.encode())
-            state = (
-                _STATE_DEC.decode(stored)
-                if stored
-                else MetricWindows(
-                    -1, SeriesWindows(spec=specs["stable"]), SeriesWindows(spec=specs["panic"])
-                )
-            )
-            if rec.offset <= state.offset:
-                SAMPLES.labels("duplicate").inc()
-                continue
-            stable, closed_stable, late = ingest(state.stable, sample.value, sample.timestamp)
-            panic, closed_panic, _ = ingest(state.panic, sample.value, sample.timestamp)
-            state = MetricWindows(rec.offset, stable, panic)
-            table[key.encode()] = _STATE_ENC.encode(state)
-            dirty[key] = state
-            for kind, closed in (("stable", closed_stable), ("panic", closed_panic)):
-                for acc in closed:
-                    publish(to_load_window(acc, sample.workload, sample.metric, kind, closed=True))
-            SAMPLES.labels("late" if late else "ok").inc()
-            yield None
+    def new_state() -> MetricWindows:
+        return MetricWindows(
+            -1, SeriesWindows(spec=specs["stable"]), SeriesWindows(spec=specs["panic"])
+        )
 
-    @app.timer(interval=s.publish_interval_ms / 1000.0)
+    async def handle(batch: list[Any]) -> None:
+        """One batch of events: per partition, per series, all its samples in one fold and one
+        table write; then the open estimates of the series touched."""
+        by_partition: dict[int, list[Any]] = {}
+        for event in batch:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        touched: dict[str, MetricWindows] = {}
+        for events_ in by_partition.values():
+            samples: dict[str, list[tuple[int, events.MetricSample]]] = {}
+            for event in events_:
+                rec = _Record(event.message)
+                handled[(rec.topic, rec.partition)] = rec.offset + 1
+                try:
+                    sample = decoder(rec).value
+                except DeadLetter as err:
+                    await dead_letter(rec, err)
+                    continue
+                assert sample is not None
+                key = series_key(sample.workload, sample.metric)
+                samples.setdefault(key, []).append((rec.offset, sample))
+            if not samples:
+                continue
+            # faust's Table takes the changelog partition (and a rocksdb store its shard) from
+            # the current event: every key written here came from this partition.
+            token = _current_event.set(weakref.ref(events_[-1]))
+            try:
+                for key, items in samples.items():
+                    kb = key.encode()
+                    stored = table.get(kb)
+                    state = _STATE_DEC.decode(stored) if stored else new_state()
+                    fresh = [(ts_off, smp) for ts_off, smp in items if ts_off > state.offset]
+                    if len(fresh) < len(items):
+                        SAMPLES.labels("duplicate").inc(len(items) - len(fresh))
+                    if not fresh:
+                        continue
+                    pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
+                    stable, closed_stable, late = ingest_many(state.stable, pairs)
+                    panic, closed_panic, _ = ingest_many(state.panic, pairs)
+                    state = MetricWindows(fresh[-1][0], stable, panic)
+                    table[kb] = _STATE_ENC.encode(state)
+                    touched[key] = state
+                    smp = fresh[-1][1]
+                    for kind, closed in (("stable", closed_stable), ("panic", closed_panic)):
+                        for acc in closed:
+                            await publish(
+                                to_load_window(acc, smp.workload, smp.metric, kind, closed=True)
+                            )
+                    if late:
+                        SAMPLES.labels("late").inc(late)
+                    if len(pairs) > late:
+                        SAMPLES.labels("ok").inc(len(pairs) - late)
+            finally:
+                _current_event.reset(token)
+        # Open estimates now rather than on the next timer tick (that wait was most of the
+        # sample-to-decision latency); a series published less than publish_interval_ms ago
+        # waits for the timer, so the rate per series stays bounded.
+        now = time.monotonic()
+        for key, state in touched.items():
+            if now - published_at.get(key, -math.inf) >= interval:
+                dirty.pop(key, None)
+                await publish_open(key, state)
+            else:
+                dirty[key] = state
+
+    @app.agent(metrics_topic)
+    async def aggregate(stream: Any) -> None:
+        # Batches: one fold and one changelog write per series and batch, events acked (and so
+        # committed) only after their batch was handled.
+        async for batch in stream.take_events(s.batch_max_samples, within=s.batch_within_ms / 1000):
+            await handle(batch)
+
+    @app.timer(interval=interval)
     async def publish_open_windows() -> None:
+        SERIES.set(len(table))
         if not dirty:
             return
         pending = list(dirty.items())
         dirty.clear()
-        SERIES.set(len(table))
         for key, state in pending:
-            workload, metric = key.split(_SEP)
-            for kind, series in (("stable", state.stable), ("panic", state.panic)):
-                newest = series.newest if series.newest is not None else time.time()
-                acc = estimate(series, newest)
-                if acc is not None:
-                    window: WindowKind = "stable" if kind == "stable" else "panic"
-                    publish(to_load_window(acc, workload, metric, window, closed=False))
+            await publish_open(key, state)
 
     @app.timer(interval=1.0)
     async def observe_lag() -> None:
@@ -290,6 +362,9 @@ def main() -> None:
         logging_config=logging_config,
         override_logging=True,
     )
+    # At WARNING and above faust keeps its terminal spinner, which sets the root logger to DEBUG
+    # so that every debug record (one per message produced) is built and handed to it.
+    worker.spinner = None
     worker.execute_from_commandline()
 
 
