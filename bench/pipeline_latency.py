@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -51,6 +52,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return math.nan
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -82,7 +89,7 @@ def policy(ns: str, i: int) -> events.PolicyRecord:
     )
 
 
-async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dict[str, float]:
+async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     ns = f"bench-{run}"
     workloads = [f"{ns}/Deployment/w{i}" for i in range(n)]
@@ -175,13 +182,20 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
                     dec_lat.append(arrived - v.newest_input)
 
     follower = asyncio.create_task(follow())
+    assert aggregator.proc and decider.proc
+    pids = {"aggregator": aggregator.proc.pid, "decider": decider.proc.pid}
+    cpu0 = {k: cpu_s(v) for k, v in pids.items()}
+    load0 = os.getloadavg()[0]
     url = f"http://127.0.0.1:{col_port}/v1/samples"
     enc = msgspec.json.Encoder()
     start = time.time()
     sent = 0
+    lags: list[str] = []
     async with aiohttp.ClientSession() as http:
         while time.time() - start < duration:
             tick = time.time()
+            if int(tick - start) % 10 == 0 and int(tick - start) // 10 > len(lags) - 1:
+                lags.append(f"t+{tick - start:.0f}s {_lags(aggregator, decider)}")
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -204,8 +218,9 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
     stop.set()
     await follower
     await consumer.stop()
-    assert aggregator.proc and decider.proc
-    rss = {"aggregator": rss_mib(aggregator.proc.pid), "decider": rss_mib(decider.proc.pid)}
+    elapsed = time.time() - start
+    cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
+    rss = {k: rss_mib(v) for k, v in pids.items()}
     for s in (collector, aggregator, decider):
         s.stop()
     for i in range(n):
@@ -222,7 +237,26 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
         "dec_count": len(dec_lat),
         "aggregator_rss_mib": rss["aggregator"],
         "decider_rss_mib": rss["decider"],
+        "aggregator_cpu": cpu["aggregator"],
+        "decider_cpu": cpu["decider"],
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+        "lags": lags,
     }
+
+
+def _lags(*services: Service) -> str:
+    """governor_bus_consumer_lag of each service (messages behind, by topic)."""
+    out = []
+    for svc in services:
+        for line in svc.metrics().splitlines():
+            if line.startswith("governor_bus_consumer_lag{"):
+                topic = line.split('topic="', 1)[1].split('"', 1)[0]
+                if topic in (events.METRICS.name, events.LOAD.name):
+                    out.append(
+                        f"{svc.command.removeprefix('governor-')}:{topic}=" + line.rsplit(" ", 1)[1]
+                    )
+    return " ".join(out)
 
 
 async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
@@ -352,8 +386,13 @@ async def main() -> None:
                 f"N={n}: sample->recommendation p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
                 f"({r['rec_count']}); sample->decision p50 {r['dec_p50']:.3f}s "
                 f"p99 {r['dec_p99']:.3f}s ({r['dec_count']}); RSS aggregator "
-                f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB"
+                f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB; "
+                f"CPU (cores) aggregator {r['aggregator_cpu']:.2f}, "
+                f"decider {r['decider_cpu']:.2f}; "
+                f"load average {r['load_start']:.1f} -> {r['load_end']:.1f}"
             )
+            for line in r["lags"]:
+                print("   consumer lag", line)
             if r["rec_p99"] <= 1.0:
                 best = n
         print(f"largest N with p99 <= 1 s (sample->recommendation): {best}")

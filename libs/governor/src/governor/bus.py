@@ -380,6 +380,17 @@ class Producer:
         self._last_ok = time.monotonic()
         return meta
 
+    async def wait(self, acks: Iterable[Awaitable[Any] | None]) -> list[Any]:
+        """Wait for the acks of several `publish` calls at once (one round trip, not one each);
+        raises the first send error. None entries (nothing sent) are skipped. Returns the
+        RecordMetadata of the others, in order."""
+        pending = [a for a in acks if a is not None]
+        if not pending:
+            return []
+        metas = await asyncio.gather(*pending)
+        self._last_ok = time.monotonic()
+        return metas
+
     async def tombstone(self, topic: Topic[Any], key: str) -> Any:
         """Delete `key` from a compacted topic (a null value); waits for the ack."""
         if not topic.compacted:

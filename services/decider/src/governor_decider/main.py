@@ -20,6 +20,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -287,9 +288,10 @@ class Decider:
                     self.journal.window(window)
                 touched[window.workload] = None
             now = time.time()
+            # Each workload once per batch, however many of its windows the batch held.
+            await self._decide_all(touched, now, "load")
             pools: dict[str, None] = {}
             for workload in touched:
-                await self._decide(workload, now, "load")
                 pool = self.core.pool_of(workload)
                 if pool is not None and self.core.has_inventory(pool):
                     pools[pool] = None
@@ -307,19 +309,25 @@ class Decider:
                 # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
                 pools = self.core.inventory_pools()
                 members = {w for w, p in self.core.policies.items() if p.spec.pool in set(pools)}
-                for workload in sorted(set(self.core.windows) | members):
-                    await self._decide(workload, now, "tick")
+                await self._decide_all(sorted(set(self.core.windows) | members), now, "tick")
                 for pool in pools:
                     await self._decide_pool(pool, now)
             consumer_lag(self.load)
             consumer_lag(self.tables)
 
     async def _decide(self, workload: str, now: float, trigger: str) -> None:
-        if self.journal:
-            self.journal.decide(workload, now)
-        out = self.core.decide(workload, now)
-        EVALUATIONS.labels(trigger).inc()
-        await self._publish(workload, out)
+        await self._decide_all((workload,), now, trigger)
+
+    async def _decide_all(self, workloads: Iterable[str], now: float, trigger: str) -> None:
+        """Stage 1 for each workload, then everything it asks to publish, in flight together."""
+        outs: list[tuple[str, Outputs]] = []
+        for workload in workloads:
+            if self.journal:
+                self.journal.decide(workload, now)
+            outs.append((workload, self.core.decide(workload, now)))
+        if outs:
+            EVALUATIONS.labels(trigger).inc(len(outs))
+        await self._publish_all(outs)
 
     async def _decide_pool(self, pool: str, now: float) -> None:
         if self.journal:
@@ -328,11 +336,11 @@ class Decider:
         out = self.core.decide_pool(pool, now)
         POOL_SECONDS.observe(time.perf_counter() - started)
         self._pool_metrics(pool)
-        for cp in out.checkpoints:
-            # Acknowledged before any decision of this cycle goes out.
-            await self.producer.send(events.DECIDER_STATE, cp)
-        for d in out.decisions:
-            await self._publish(d.workload, Outputs(decision=d))
+        # Every checkpoint is acknowledged before any decision of this cycle goes out.
+        await self.producer.wait(
+            [await self.producer.publish(events.DECIDER_STATE, cp) for cp in out.checkpoints]
+        )
+        await self._publish_all([(d.workload, Outputs(decision=d)) for d in out.decisions])
         for sf in out.shortfalls:
             await self.producer.publish(events.SHORTFALLS, sf)
             SHORTFALLS.labels(pool).inc()
@@ -346,13 +354,35 @@ class Decider:
         if out.note:
             log.debug(out.note, extra={"pool": pool})
 
-    async def _publish(self, workload: str, out: Outputs) -> None:
-        if out.checkpoint is not None:
-            # Acknowledged before the decision goes out: a restart can never reuse this seq.
-            await self.producer.send(events.DECIDER_STATE, out.checkpoint)
+    async def _publish_all(self, outs: list[tuple[str, Outputs]]) -> None:
+        """Publish a cycle's outputs: all checkpoints at once, and only once every one of them
+        is acknowledged (a restart can never reuse a seq) the recommendations and decisions;
+        returns when those are acknowledged too. One round trip or two per cycle, not one per
+        workload."""
+        producer = self.producer
+        await producer.wait(
+            [
+                await producer.publish(events.DECIDER_STATE, out.checkpoint)
+                for _, out in outs
+                if out.checkpoint is not None
+            ]
+        )
+        acks: list[asyncio.Future[Any] | None] = []
+        for workload, out in outs:
+            await self._publish(workload, out, acks)
+        await producer.wait(acks)
+        published = time.time()
+        for _, out in outs:
+            if out.decision is not None:
+                LATENCY.observe(max(0.0, published - out.decision.newest_input))
+
+    async def _publish(
+        self, workload: str, out: Outputs, acks: list[asyncio.Future[Any] | None]
+    ) -> None:
+        """Queue one evaluation's recommendation and decision (its checkpoint is acknowledged)."""
         rec = out.recommendation
         if rec is not None:
-            await self.producer.publish(events.RECOMMENDATIONS, rec)
+            acks.append(await self.producer.publish(events.RECOMMENDATIONS, rec))
             for kind, value in (
                 ("current", rec.current),
                 ("desired", rec.desired),
@@ -371,8 +401,7 @@ class Decider:
                     ELASTIC_RESTARTS.labels(workload).set(observed.restarts)
         d = out.decision
         if d is not None:
-            await self.producer.send(events.DECISIONS, d)
-            LATENCY.observe(max(0.0, time.time() - d.newest_input))
+            acks.append(await self.producer.publish(events.DECISIONS, d))
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
             direction = (
