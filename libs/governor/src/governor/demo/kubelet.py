@@ -32,6 +32,7 @@ import aiohttp
 
 from governor.demo import scenario as sc
 from governor.demo.kwatch import Watch
+from governor.demo.metrics_api import PodUsage
 from governor.kube import Kube, KubeError, resource_path
 
 log = logging.getLogger("governor.demo.kubelet")
@@ -116,6 +117,27 @@ class Kubelet:
 
     def gpu_use(self) -> tuple[int, int]:
         return sum(p.gpus for p in self.pods.values()), sc.NODES * sc.GPUS_PER_NODE
+
+    def usage(self) -> list[PodUsage]:
+        """What metrics-server would report for the ready pods (see governor.demo.metrics_api)."""
+        now = time.time()
+        ready: dict[str, int] = {}
+        for p in self.pods.values():
+            if p.ready:
+                ready[p.target] = ready.get(p.target, 0) + 1
+        out: list[PodUsage] = []
+        for p in list(self.pods.values()):
+            if not p.ready or not p.name:
+                continue
+            t = self.targets[p.target]
+            if t.kind == "Deployment":
+                per_pod = self.load(t.name, now) / max(1, ready[p.target])
+                share = min(1.0, per_pod / sc.CAPACITY_PER_REPLICA)
+                cpu, mem, container = share * t.cpu, (0.5 + share) * 2**30, "web"
+            else:
+                cpu, mem, container = 0.9 * t.cpu, 24.0 * 2**30, "pytorch"
+            out.append((p.name, sc.NAMESPACE, dict(t.labels), p.node, container, cpu, mem))
+        return out
 
     def go_live(self) -> None:
         self.warm = False

@@ -47,7 +47,7 @@ def sim_config() -> SimConfig:
 def sim_policy(s: sc.WebService) -> ScalingPolicySpec:
     """The demo's policy for `s` in trace time, fed the simulator's total-load metric."""
     obj = sc.web_policy(s, sc.TimeScale(1.0))
-    obj["spec"]["metrics"] = [
+    obj["spec"]["metrics"] = [  # the simulator feeds one metric: the total offered load
         {"name": "load", "target": {"type": "AverageValue", "averageValue": sc.TARGET_PER_POD}}
     ]
     return policy_from_obj(obj).spec

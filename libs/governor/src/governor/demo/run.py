@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import csv
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -17,10 +18,12 @@ import yaml
 
 from governor import events
 from governor.bus import Consumer
+from governor.demo import metrics_api
 from governor.demo import scenario as sc
 from governor.demo.kubelet import Kubelet
 from governor.demo.stack import CRDS, Stack, StackError, missing_prerequisites
 from governor.demo.view import Board, Row, line, table
+from governor.inventory import parse_quantity
 from governor.kube import Kube, KubeError, connect
 from governor.sim import traces
 from governor.topics import ensure_topics
@@ -162,6 +165,7 @@ class Demo:
         self.board = Board(duration=opts.duration)
         self.timeline: list[Sample] = []
         self.desired: dict[str, int] = {}
+        self.metrics_reads = 0
 
     def trace_seconds(self, now: float) -> float:
         return max(0.0, (now - self.t0) * self.opts.speed) if self.t0 else 0.0
@@ -239,21 +243,24 @@ class Demo:
             kube = Kube(api)
             loads = {s.name: self.segments[s.name].at(0) for s in sc.SERVICES}
             await install(kube, ts, loads, say)
-            await asyncio.to_thread(self.stack.start_services, service_env(ts, self.out))
-            say("services ready: " + ", ".join(p.name for p in self.stack.procs))
             kubelet = Kubelet(
                 kube,
-                push_url=f"http://127.0.0.1:{self.stack.collector_port}/v1/samples",
+                push_url="",  # the collector's, once it runs; nothing is pushed before go_live
                 load=self.load,
                 sample_period_s=min(0.5, ts.wall(sc.TRACE_SAMPLE_PERIOD)),
                 web_startup_s=ts.wall(sc.TRACE_WEB_STARTUP),
                 train_startup_s=ts.wall(sc.TRACE_TRAIN_STARTUP),
             )
-            tasks = [
-                asyncio.create_task(kubelet.run(), name="kubelet"),
-                asyncio.create_task(self._follow(), name="follow"),
-            ]
+            tasks = [asyncio.create_task(kubelet.run(), name="kubelet")]
+            metrics = metrics_api.MetricsServer(kubelet.usage, self.out / "metrics-api-tls")
             try:
+                # metrics.k8s.io first: the collector's resource source reads it from the start
+                await self._serve_metrics(kube, metrics)
+                await asyncio.to_thread(self.stack.start_services, service_env(ts, self.out))
+                say("services ready: " + ", ".join(p.name for p in self.stack.procs))
+                kubelet.push_url = f"http://127.0.0.1:{self.stack.collector_port}/v1/samples"
+                tasks.append(asyncio.create_task(self._follow(), name="follow"))
+                tasks.append(asyncio.create_task(self._poll_metrics(kube, metrics), name="metrics"))
                 await self._warm_up(kubelet)
                 self.t0 = time.time()
                 kubelet.go_live()
@@ -264,6 +271,41 @@ class Demo:
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                # the services first: the collector reads metrics.k8s.io until it stops
+                await asyncio.shield(asyncio.to_thread(self.stack.stop_services))
+                await metrics.stop()
+
+    async def _serve_metrics(self, kube: Kube, metrics: metrics_api.MetricsServer) -> None:
+        """metrics.k8s.io through the aggregation layer; the demo goes on without it."""
+        try:
+            ca, names = await metrics_api.front_proxy_trust(kube)
+            await metrics.start(ca, names)
+            await metrics_api.register(kube, metrics)
+            ok = await metrics_api.wait_available(kube, 30.0)
+        except (OSError, KubeError, subprocess.SubprocessError) as e:
+            self.say(f"metrics.k8s.io: not served ({e})")
+            self.board.metrics_api = f"metrics.k8s.io: not served ({e})"
+            return
+        state = "Available" if ok else "not Available after 30 s"
+        self.say(f"metrics.k8s.io: APIService {metrics_api.APISERVICE} -> https://localhost:"
+                 f"{metrics.port} (ExternalName Service), {state}")  # fmt: skip
+
+    async def _poll_metrics(self, kube: Kube, metrics: metrics_api.MetricsServer) -> None:
+        """Read PodMetrics back through the API server, as `kubectl top pods -n demo` would."""
+        path = f"/apis/{metrics_api.GROUP_VERSION}/namespaces/{sc.NAMESPACE}/pods"
+        while True:
+            try:
+                doc = await kube.request("GET", path)
+                items = doc.get("items") or []
+                cpu = sum(parse_quantity(c["usage"]["cpu"]) for i in items for c in i["containers"])
+                self.board.metrics_api = (
+                    f"metrics.k8s.io via the API server: {len(items)} PodMetrics, {cpu:.1f} cores "
+                    f"in use; served {metrics.requests} requests (401: {metrics.rejected})"
+                )
+                self.metrics_reads += 1
+            except (KubeError, KeyError, TypeError) as e:
+                self.board.metrics_api = f"metrics.k8s.io via the API server: {e}"
+            await asyncio.sleep(2.0)
 
     async def _warm_up(self, kubelet: Kubelet) -> None:
         deadline = time.monotonic() + 60

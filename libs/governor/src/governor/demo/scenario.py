@@ -34,6 +34,8 @@ from governor.sim.traces import Trace, from_rows
 NAMESPACE = "demo"
 POOL = "gpu-pool"
 METRIC = "rps"  # per-pod requests per second (Value target: the average over ready pods)
+CPU_METRIC = "cpu"  # from metrics.k8s.io through the collector's resource source
+CPU_UTILIZATION = 70.0  # the same point as TARGET_PER_POD: usage = share of C x the cpu request
 TRAIN_METRIC = "queue"  # the training job's pending work, in workers (AverageValue 1)
 
 # --- durations in trace seconds --------------------------------------------------------------
@@ -327,7 +329,19 @@ def web_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
             "maxReplicas": s.max_replicas,
             "priority": s.priority,
             "pool": POOL,
-            "metrics": [{"name": METRIC, "target": {"type": "Value", "value": TARGET_PER_POD}}],
+            "metrics": [
+                {"name": METRIC, "target": {"type": "Value", "value": TARGET_PER_POD}},
+                # CPU from metrics.k8s.io (served by the demo through the aggregation layer)
+                {
+                    "name": CPU_METRIC,
+                    "source": {
+                        "type": "resource",
+                        "resource": "cpu",
+                        "intervalSeconds": max(0.5, ts.wall(TRACE_SAMPLE_PERIOD)),
+                    },
+                    "target": {"type": "Utilization", "averageUtilization": CPU_UTILIZATION},
+                },
+            ],
             "panic": {
                 "windowSeconds": ts.wall(TRACE_PANIC_WINDOW),
                 "stableWindowSeconds": ts.wall(TRACE_STABLE_WINDOW),

@@ -178,7 +178,7 @@ class Stack:
         kube = str(self.kubeconfig)
         specs: list[tuple[str, str, dict[str, str]]] = [
             ("collector", "GOVERNOR_COLLECTOR", {"KAFKA__BOOTSTRAP": self.bootstrap,
-                                                  "HTTP_HOST": "127.0.0.1"}),
+                                                  "HTTP_HOST": "127.0.0.1", "KUBECONFIG": kube}),
             ("cluster-collector", "GOVERNOR_CLUSTER_COLLECTOR", {"BOOTSTRAP": self.bootstrap,
                                                                   "KUBECONFIG": kube,
                                                                   "METRICS_HOST": "127.0.0.1"}),
@@ -227,11 +227,14 @@ class Stack:
                 tail = p.log_path.read_text(errors="replace")[-1500:]
                 raise StackError(f"{p.name} exited with {p.proc.returncode}:\n{tail}")
 
-    def stop(self) -> None:
-        """Every process this stack started; safe to call twice."""
+    def stop_services(self) -> None:
         for p in reversed(self.procs):
             p.stop()
         self.procs = []
+
+    def stop(self) -> None:
+        """Every process this stack started; safe to call twice."""
+        self.stop_services()
         errors = []
         if self.cluster_started:
             try:

@@ -38,6 +38,7 @@ class Board:
     trace_seconds: float = 0.0
     elapsed: float = 0.0
     duration: float = 0.0
+    metrics_api: str = "metrics.k8s.io: -"
     _newest: dict[str, float] = field(default_factory=dict)
 
     def on_decision(self, d: events.ScaleDecision) -> None:
@@ -98,7 +99,8 @@ def table(board: Board) -> Group:
         )
     foot = Text(
         f"pool GPUs in use {board.gpus_used}/{board.gpus_total}   {board.latency_text()}   "
-        f"decisions {board.decisions}, refused/failed {board.refused}   Ctrl-C stops"
+        f"decisions {board.decisions}, refused/failed {board.refused}\n{board.metrics_api}"
+        "   Ctrl-C stops"
     )
     return Group(t, foot)
 
@@ -112,4 +114,5 @@ def line(board: Board) -> str:
     return (
         f"[{board.elapsed:4.0f}s trace+{board.trace_seconds:5.0f}s] " + " | ".join(cells)
         + f" | gpus {board.gpus_used}/{board.gpus_total} | {board.latency_text()}"
+        + f" | {board.metrics_api}"
     )  # fmt: skip
