@@ -1,0 +1,116 @@
+"""The demo's pure parts: time compression, trace segments, objects, the metrics API's helpers."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from governor.demo import metrics_api
+from governor.demo import scenario as sc
+from governor.demo.report import live_summary, sim_policy
+from governor.demo.run import Sample
+from governor.inventory import DEVICE_JOINT_ALLOCATE, PodSpec, pod_requests
+from governor.sim.traces import from_rows
+from governor.spec import policy_from_obj
+
+
+def test_time_scale_divides_durations_and_rounds_hpa_integers() -> None:
+    ts = sc.TimeScale(10.0)
+    assert ts.wall(60.0) == 6.0
+    assert ts.whole(20, at_least=1) == 2
+    assert ts.whole(0) == 0  # a zero window stays zero
+    assert sc.TimeScale(60.0).whole(20, at_least=1) == 1  # a period is never 0
+    assert any("10 trace-seconds per second" in line for line in ts.describe())
+    with pytest.raises(ValueError, match="--speed"):
+        sc.TimeScale(0.5)
+
+
+@pytest.mark.parametrize("speed", [1.0, 4.0, 10.0, 30.0])
+def test_policies_are_valid_at_every_speed(speed: float) -> None:
+    ts = sc.TimeScale(speed)
+    for s in sc.SERVICES:
+        p = policy_from_obj(sc.web_policy(s, ts))
+        assert p.spec.panic is not None
+        assert p.spec.panic.window_seconds == pytest.approx(sc.TRACE_PANIC_WINDOW / speed)
+        down = p.spec.behavior.scale_down if p.spec.behavior else None
+        assert down is not None and down.stabilization_window_seconds == round(60 / speed)
+    job = policy_from_obj(sc.training_policy(sc.TRAINING, ts))
+    assert job.spec.elastic is not None
+    assert job.spec.elastic.min_resize_interval_seconds == pytest.approx(60.0 / speed)
+    assert job.spec.target_ref.kind == "PyTorchJob"
+
+
+def test_training_pods_ask_for_a_gpu_and_an_rdma_vf_jointly() -> None:
+    obj = sc.pytorchjob_obj(sc.TRAINING, 3)
+    worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 3
+    tpl = worker["template"]
+    joint = json.loads(tpl["metadata"]["annotations"][DEVICE_JOINT_ALLOCATE])
+    assert joint == {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
+    req = pod_requests(msgspec.convert(tpl["spec"], PodSpec))
+    assert req["nvidia.com/gpu"] == 1 and req["koordinator.sh/rdma"] == 1 and req["cpu"] == 8
+
+
+def test_device_objects_pair_each_nic_with_a_pcie_switch_of_gpus() -> None:
+    devices = sc.device_obj("n")["spec"]["devices"]
+    gpus = [d for d in devices if d["type"] == "gpu"]
+    nics = [d for d in devices if d["type"] == "rdma"]
+    assert len(gpus) == sc.GPUS_PER_NODE and len(nics) == sc.NICS_PER_NODE
+    for nic in nics:
+        same = [g for g in gpus if g["topology"]["pcieID"] == nic["topology"]["pcieID"]]
+        assert len(same) == sc.GPUS_PER_NODE // sc.NICS_PER_NODE
+        assert len(nic["vfGroups"][0]["vfs"]) == sc.VFS_PER_NIC
+
+
+def test_segments_rise_to_a_peak_and_fall_back() -> None:
+    # flat, then a hill at rows 40..60, then flat: the hill must be chosen
+    values = [10.0] * 40 + [10.0 + min(i, 20 - i) for i in range(21)] + [10.0] * 40
+    (start,) = sc.pick_segments(values, 30, 1)
+    seg = values[start : start + 30]
+    peak = seg.index(max(seg))
+    assert max(seg) == 20.0 and 6 <= peak <= 24
+
+
+def test_segments_do_not_overlap_and_map_onto_base_and_peak() -> None:
+    trace = from_rows("t", [i * 10.0 for i in range(400)], [float(i % 50) for i in range(400)])
+    segs = sc.segments(trace, 300.0)
+    starts = sorted(s.start for s in segs.values())
+    assert starts[1] - starts[0] >= segs["frontend"].rows
+    for s in sc.SERVICES:
+        seg = segs[s.name]
+        values = [seg.value(i) for i in range(seg.rows)]
+        assert min(values) == pytest.approx(s.base_load)
+        assert max(values) == pytest.approx(s.peak_load)
+        assert seg.at(-5) == seg.value(0) and seg.at(1e9) == seg.value(seg.rows - 1)
+        assert seg.at(25.0) == seg.value(2)  # held per 10 s row
+
+
+def test_label_selector_matching() -> None:
+    labels = {"app": "web", "tier": "front"}
+    assert metrics_api._matches("", labels)
+    assert metrics_api._matches("app=web,tier==front", labels)
+    assert not metrics_api._matches("app=db", labels)
+    assert not metrics_api._matches("tier!=front", labels)
+    assert metrics_api._matches("app", labels) and not metrics_api._matches("zone", labels)
+
+
+def test_live_summary_counts_violation_in_trace_seconds() -> None:
+    def row(t: float, load: float, ready: int) -> Sample:
+        return Sample(t / 10, t, "w", load, ready, ready, ready, 0)
+
+    rows = [row(0, 50, 5), row(10, 80, 5), row(20, 80, 8), row(30, 0, 8)]
+    s = live_summary(rows)
+    assert s.violation_seconds == 10  # only [10, 20): 80 > 5 x 10
+    assert s.unserved_fraction == pytest.approx(300 / (500 + 800 + 800))
+    assert s.peak_replicas == 8
+
+
+def test_simulated_policy_keeps_the_demo_behavior_on_the_total_load() -> None:
+    spec = sim_policy(sc.SERVICES[0])
+    assert [m.name for m in spec.metrics] == ["load"]
+    assert (
+        spec.behavior
+        == policy_from_obj(sc.web_policy(sc.SERVICES[0], sc.TimeScale(1))).spec.behavior
+    )
