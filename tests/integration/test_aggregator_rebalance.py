@@ -7,6 +7,7 @@ still equals `governor.windows` over all the samples — nothing lost to the mov
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -22,9 +23,11 @@ from tests.support.procs import Service, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _worker(app_id: str, tmp: Path, name: str, bootstrap: str) -> Service:
+def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, suffix: str) -> Service:
     port = free_port()
     env = {
+        "GOVERNOR_AGGREGATOR_METRICS_TOPIC": f"rb-metrics-{suffix}",
+        "GOVERNOR_AGGREGATOR_LOAD_TOPIC": f"rb-load-{suffix}",
         "GOVERNOR_AGGREGATOR_KAFKA__BOOTSTRAP": bootstrap,
         "GOVERNOR_AGGREGATOR_APP_ID": app_id,
         "GOVERNOR_AGGREGATOR_HTTP_PORT": str(port),
@@ -36,11 +39,14 @@ def _worker(app_id: str, tmp: Path, name: str, bootstrap: str) -> Service:
 async def test_windows_survive_a_rebalance(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    await ensure_topics(kafka_bootstrap)
+    # Topics of this run alone: other aggregators on a shared broker read governor.metrics too.
+    metrics = dataclasses.replace(events.METRICS, name=f"rb-metrics-{unique_suffix}")
+    load = dataclasses.replace(events.LOAD, name=f"rb-load-{unique_suffix}")
+    await ensure_topics(kafka_bootstrap, [metrics, load])
     app_id = f"agg-rebalance-{unique_suffix}"
     workloads = [f"rb-{unique_suffix}/Deployment/w{i}" for i in range(12)]
-    a = _worker(app_id, tmp_path, "a", kafka_bootstrap).start()
-    b = _worker(app_id, tmp_path, "b", kafka_bootstrap)
+    a = _worker(app_id, tmp_path, "a", kafka_bootstrap, unique_suffix).start()
+    b = _worker(app_id, tmp_path, "b", kafka_bootstrap, unique_suffix)
     sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
     t0 = time.time() - 400
     try:
@@ -49,7 +55,7 @@ async def test_windows_survive_a_rebalance(
                 for i, wl in enumerate(workloads):
                     ts, value = t0 + second + 0.5, float((second * (i + 1)) % 97)
                     await producer.publish(
-                        events.METRICS,
+                        metrics,
                         events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts),
                     )
                     sent[wl].append((ts, value))
@@ -68,7 +74,7 @@ async def test_windows_survive_a_rebalance(
         b.stop()
 
     closed: dict[tuple[str, float], events.LoadWindow] = {}
-    consumer = Consumer(kafka_bootstrap, [events.LOAD], group_id=None, check_keys=False)
+    consumer = Consumer(kafka_bootstrap, [load], group_id=None, check_keys=False)
     await consumer.start()
     try:
         idle_until = time.monotonic() + 8

@@ -13,6 +13,7 @@ and restarted. Then:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -86,18 +87,24 @@ async def _drain(
     return out
 
 
-async def _until_aggregating(bootstrap: str, producer: Producer, workload: str) -> None:
+async def _until_aggregating(
+    bootstrap: str,
+    producer: Producer,
+    workload: str,
+    metrics: events.Topic[events.MetricSample],
+    load: events.Topic[events.LoadWindow],
+) -> None:
     """A new aggregator group starts at the newest offsets once it has its partitions: wait
     until it demonstrably consumes (a window of a warm-up workload comes out) before the trace,
     so no sample of the trace falls before its starting point."""
-    watch = Consumer(bootstrap, [events.LOAD], group_id=None, check_keys=False)
+    watch = Consumer(bootstrap, [load], group_id=None, check_keys=False)
     await watch.start()
     await watch._c().seek_to_end()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             await producer.send(
-                events.METRICS,
+                metrics,
                 events.MetricSample(
                     workload=workload, metric="rps", value=1.0, timestamp=time.time()
                 ),
@@ -115,6 +122,11 @@ async def test_samples_to_decisions_end_to_end(
 ) -> None:
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
+    # Samples and windows on topics of this run alone: any other aggregator on the shared broker
+    # (a benchmark, another test) consumes governor.metrics and publishes to governor.load too.
+    metrics_topic = dataclasses.replace(events.METRICS, name=f"e2e-metrics-{unique_suffix}")
+    load_topic = dataclasses.replace(events.LOAD, name=f"e2e-load-{unique_suffix}")
+    await ensure_topics(bootstrap, [metrics_topic, load_topic])
     ns = f"e2e-{unique_suffix}"
     wl_push, wl_direct = f"{ns}/Deployment/pushed", f"{ns}/Deployment/direct"
     ours = {wl_push, wl_direct}
@@ -148,6 +160,8 @@ async def test_samples_to_decisions_end_to_end(
             "GOVERNOR_AGGREGATOR",
             {
                 "APP_ID": f"agg-{unique_suffix}",
+                "METRICS_TOPIC": metrics_topic.name,
+                "LOAD_TOPIC": load_topic.name,
                 "HTTP_PORT": str(agg_port),
                 "DATA_DIR": str(tmp_path / "agg"),
                 "PUBLISH_INTERVAL_MS": "300",
@@ -162,12 +176,20 @@ async def test_samples_to_decisions_end_to_end(
             "GROUP_ID": f"dec-{unique_suffix}",
             "HTTP_PORT": str(dec_port),
             "JOURNAL": str(journal_path),
+            "LOAD_TOPIC": load_topic.name,
         },
     )
     decider = Service("governor-decider", decider_env, dec_port, tmp_path / "decider.log")
     collector = Service(
         "governor-collector",
-        env("GOVERNOR_COLLECTOR", {"HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(col_port)}),
+        env(
+            "GOVERNOR_COLLECTOR",
+            {
+                "HTTP_HOST": "127.0.0.1",
+                "HTTP_PORT": str(col_port),
+                "METRICS_TOPIC": metrics_topic.name,
+            },
+        ),
         col_port,
         tmp_path / "collector.log",
     )
@@ -198,7 +220,9 @@ async def test_samples_to_decisions_end_to_end(
                 )
 
     cluster_task = asyncio.create_task(cluster())
-    await _until_aggregating(bootstrap, producer, f"{ns}/Deployment/warmup")
+    await _until_aggregating(
+        bootstrap, producer, f"{ns}/Deployment/warmup", metrics_topic, load_topic
+    )
     sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
     t0 = time.time() - TRACE_SECONDS
     try:
@@ -213,7 +237,7 @@ async def test_samples_to_decisions_end_to_end(
             assert invalid.status == 400
             assert "value" in await invalid.text() or "timestamp" in await invalid.text()
             # Straight into the topic: garbage lands in the DLQ, the stream goes on.
-            await (await producer.send_raw(events.METRICS.name, b"\xff garbage", key=b"x"))
+            await (await producer.send_raw(metrics_topic.name, b"\xff garbage", key=b"x"))
 
             for t in range(TRACE_SECONDS):
                 ts = t0 + t + 0.25
@@ -222,7 +246,7 @@ async def test_samples_to_decisions_end_to_end(
                 resp = await http.post(push_url, json={"samples": [sample]})
                 assert resp.status == 200, await resp.text()
                 await producer.send(
-                    events.METRICS,
+                    metrics_topic,
                     events.MetricSample(
                         workload=wl_direct, metric="rps", value=value, timestamp=ts
                     ),
@@ -244,7 +268,7 @@ async def test_samples_to_decisions_end_to_end(
         await producer.stop()
 
     # --- windows: the aggregator's closed windows equal governor.windows over the samples ---
-    loads = await _drain(bootstrap, events.LOAD, ours, 5)
+    loads = await _drain(bootstrap, load_topic, ours, 5)
     closed = [w for w in loads if w.closed]
     assert closed, aggregator.tail()
     specs = {"stable": hopping(60.0, 10.0, 2.0), "panic": hopping(6.0, 2.0, 2.0)}
@@ -293,7 +317,7 @@ async def test_samples_to_decisions_end_to_end(
 
     # --- dead letters: the garbage produced straight to the topic ---
     raw = AIOKafkaConsumer(
-        events.METRICS.dlq, bootstrap_servers=bootstrap, auto_offset_reset="earliest"
+        metrics_topic.dlq, bootstrap_servers=bootstrap, auto_offset_reset="earliest"
     )
     await raw.start()
     try:
