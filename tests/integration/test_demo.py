@@ -1,4 +1,4 @@
-"""The main job end to end: `make demo-stack ARGS="--duration 60 --headless"`.
+"""The main job end to end: `make demo ARGS="--duration 60 --headless"` (the full stack).
 
 The demo starts its own Kafka and control plane (the project's scripts), every service, the
 workload simulator and the trace-driven load. This test watches the API server itself (from the
@@ -144,7 +144,7 @@ async def test_demo_stack_headless() -> None:
     direct_status = 0
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     proc = await asyncio.create_subprocess_exec(
-        "make", "demo-stack", f"ARGS=--duration {DURATION} --headless",
+        "make", "demo", f"ARGS=--duration {DURATION} --headless",
         cwd=REPO_ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip

@@ -29,6 +29,7 @@ from governor.sim import traces
 from governor.topics import ensure_topics
 
 Say = Callable[[str], None]
+MISSING_PREREQUISITES = 3  # exit code: the Makefile falls back to the simulator-only demo
 
 
 class Options(msgspec.Struct, frozen=True, kw_only=True):
@@ -363,7 +364,7 @@ def run(opts: Options, say: Say | None = None) -> int:
     missing = missing_prerequisites()
     if missing:
         print("governor demo: missing: " + "; ".join(missing), file=sys.stderr)
-        return 2
+        return MISSING_PREREQUISITES
     opts.out.mkdir(parents=True, exist_ok=True)
     try:
         demo = Demo(opts, say)

@@ -156,6 +156,18 @@ class Stack:
     def up_infra(self) -> None:
         """Kafka and the control plane, each from a clean state (jars and binary cached)."""
         t = time.monotonic()
+        if not (CACHE / "kafka" / "lib" / ".resolved").is_file():
+            self.say("kafka: first run, resolving the broker's jars from Maven Central (~40 s)")
+        xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        bin_dir = Path(
+            os.environ.get("GOVERNOR_DEVCLUSTER_BIN_DIR", xdg / "governor" / "devcluster" / "bin")
+        )
+        if not (bin_dir / "devcluster").is_file():
+            self.say(
+                "control plane: first run, building kube-apiserver + etcd from the official Go "
+                "modules (5-20 min on 2 cores, ~3 GiB of Go caches; cached afterwards; "
+                f"progress in {bin_dir / 'build.log'})"
+            )
         self.say(f"kafka: {KAFKA_SH.relative_to(REPO_ROOT)} reset + up on {self.bootstrap}")
         self._script(KAFKA_SH, "reset", 120)
         self.kafka_started = True
