@@ -183,8 +183,14 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
 
     follower = asyncio.create_task(follow())
     assert aggregator.proc and decider.proc
-    pids = {"aggregator": aggregator.proc.pid, "decider": decider.proc.pid}
+    assert collector.proc
+    pids = {
+        "aggregator": aggregator.proc.pid,
+        "decider": decider.proc.pid,
+        "collector": collector.proc.pid,
+    }
     cpu0 = {k: cpu_s(v) for k, v in pids.items()}
+    own0 = time.process_time()
     load0 = os.getloadavg()[0]
     url = f"http://127.0.0.1:{col_port}/v1/samples"
     enc = msgspec.json.Encoder()
@@ -194,8 +200,10 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
     async with aiohttp.ClientSession() as http:
         while time.time() - start < duration:
             tick = time.time()
-            if int(tick - start) % 10 == 0 and int(tick - start) // 10 > len(lags) - 1:
-                lags.append(f"t+{tick - start:.0f}s {_lags(aggregator, decider)}")
+            # Every 15 s (a /metrics scrape of a decider with 1,000 workloads costs it ~0.3 s CPU).
+            if int(tick - start) // 15 > len(lags) - 1:
+                rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
+                lags.append(f"t+{tick - start:.0f}s {_lags(aggregator, decider)} RSS {rss_now}")
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -220,6 +228,7 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
     await consumer.stop()
     elapsed = time.time() - start
     cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
+    cpu["bench"] = (time.process_time() - own0) / elapsed
     rss = {k: rss_mib(v) for k, v in pids.items()}
     for s in (collector, aggregator, decider):
         s.stop()
@@ -239,6 +248,8 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
         "decider_rss_mib": rss["decider"],
         "aggregator_cpu": cpu["aggregator"],
         "decider_cpu": cpu["decider"],
+        "collector_cpu": cpu["collector"],
+        "bench_cpu": cpu["bench"],
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "lags": lags,
@@ -357,7 +368,70 @@ def state_sizes() -> dict[str, int]:
         if out.checkpoint is not None:
             cp_bytes = len(codec_for(events.DECIDER_STATE).encode(out.checkpoint))
     agg_bytes = len(msgspec.msgpack.encode(MetricWindows(299, stable, panic)))
-    return {"decider_checkpoint_bytes": cp_bytes, "aggregator_table_bytes": agg_bytes}
+    return {
+        "decider_checkpoint_bytes": cp_bytes,
+        "aggregator_table_bytes": agg_bytes,
+        **decider_memory(500),
+    }
+
+
+def decider_memory(n: int) -> dict[str, int]:
+    """The decider core's memory per workload (tracemalloc, n workloads after 90 s of 1 sample/s
+    and a decision per second): its policy, and the state proper (workload state, the newest
+    windows, seq/history/rate-limit memory, the latest recommendation)."""
+    import gc
+    import tracemalloc
+
+    from governor.decider import DeciderCore
+    from governor.events import WindowKind
+    from governor.windows import (
+        SeriesWindows,
+        WindowAcc,
+        estimate,
+        hopping,
+        ingest,
+        to_load_window,
+    )
+
+    stable = SeriesWindows(spec=hopping(60, 10, 2))
+    panic = SeriesWindows(spec=hopping(6, 2, 2))
+    feed: list[tuple[list[tuple[WindowKind, WindowAcc]], float]] = []
+    for t in range(90):
+        v = 40 + 35 * math.sin(t / 30)
+        stable, closed_s, _ = ingest(stable, v, float(t))
+        panic, closed_p, _ = ingest(panic, v, float(t))
+        wins: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_s]
+        wins += [("panic", a) for a in closed_p]
+        kinds: tuple[tuple[WindowKind, SeriesWindows], ...] = (("stable", stable), ("panic", panic))
+        for kind, series in kinds:
+            acc = estimate(series, float(t))
+            if acc is not None:
+                wins.append((kind, acc))
+        feed.append((wins, float(t)))
+    gc.collect()
+    tracemalloc.start()
+    core = DeciderCore()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        core.on_policy(f"mem/w{i}", policy("mem", i).policy)
+    gc.collect()
+    with_policies = tracemalloc.get_traced_memory()[0]
+    for wins, t in feed:
+        for i in range(n):
+            wl = f"mem/Deployment/w{i}"
+            for kind, acc in wins:
+                core.on_window(to_load_window(acc, wl, "rps", kind, closed=False))
+            core.on_workload(
+                events.WorkloadState(workload=wl, spec_replicas=4, ready_replicas=4, observed_at=t)
+            )
+            core.decide(wl, t)
+    gc.collect()
+    end = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return {
+        "decider_policy_bytes_per_workload": (with_policies - base) // n,
+        "decider_state_bytes_per_workload": (end - with_policies) // n,
+    }
 
 
 async def main() -> None:
@@ -388,7 +462,8 @@ async def main() -> None:
                 f"p99 {r['dec_p99']:.3f}s ({r['dec_count']}); RSS aggregator "
                 f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB; "
                 f"CPU (cores) aggregator {r['aggregator_cpu']:.2f}, "
-                f"decider {r['decider_cpu']:.2f}; "
+                f"decider {r['decider_cpu']:.2f}, collector {r['collector_cpu']:.2f}, "
+                f"this driver {r['bench_cpu']:.2f}; "
                 f"load average {r['load_start']:.1f} -> {r['load_end']:.1f}"
             )
             for line in r["lags"]:

@@ -143,7 +143,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
         producer_acks=-1,
         # Batch produce requests (changelog + windows): one request per message costs more
         # than everything else the worker does.
-        producer_linger=0.005,
+        # 20 ms, not 5: each produce request is a socket write, and at 1,000 samples/s the writes
+        # of 5 ms batches were a tenth of the worker's CPU.
+        producer_linger=0.02,
         producer_max_batch_size=256 * 1024,
         consumer_auto_offset_reset=s.auto_offset_reset,
         # faust commits inline in its fetch loop every `broker_commit_every` acked messages (a
