@@ -34,6 +34,8 @@ def test_policies_are_valid_at_every_speed(speed: float) -> None:
         p = policy_from_obj(sc.web_policy(s, ts))
         assert p.spec.panic is not None
         assert p.spec.panic.window_seconds == pytest.approx(sc.TRACE_PANIC_WINDOW / speed)
+        cpu = next(m for m in p.spec.metrics if m.name == sc.CPU_METRIC)
+        assert cpu.target.target_value() == pytest.approx(0.7 * s.cpu)  # cores per pod
         down = p.spec.behavior.scale_down if p.spec.behavior else None
         assert down is not None and down.stabilization_window_seconds == round(60 / speed)
     job = policy_from_obj(sc.training_policy(sc.TRAINING, ts))

@@ -153,7 +153,15 @@ def write(demo: Demo, out: Path) -> list[Path]:
             f"<td>{summ.violation_seconds:g}</td><td>{summ.unserved_fraction:.2%}</td>"
             f"<td>{summ.replica_hours:.2f}</td><td>{summ.peak_replicas}</td></tr>"
         )
-    notes = [*demo.ts.describe()] + [
+    lat = sorted(demo.board.latencies)
+    pipeline = (
+        f"pipeline latency (sample event time to the actuator's patch), {len(lat)} actuations: "
+        f"p50 {lat[len(lat) // 2] * 1000:.0f} ms, p95 {lat[int(len(lat) * 0.95)] * 1000:.0f} ms, "
+        f"max {lat[-1] * 1000:.0f} ms; {demo.board.decisions} decisions"
+        if lat
+        else "no actuation recorded"
+    )
+    notes = [pipeline, *demo.ts.describe()] + [
         f"load {name}: {seg.trace} rows {seg.start}..{seg.start + seg.rows - 1}, mapped to "
         f"{seg.base:g}..{seg.peak:g} rps; C = {c:g} rps per replica, target "
         f"{sc.TARGET_PER_POD:g} rps per ready pod"

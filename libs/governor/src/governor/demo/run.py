@@ -197,6 +197,7 @@ class Demo:
         b.elapsed = now - self.t0 if self.t0 else 0.0
         b.trace_seconds = self.trace_seconds(now)
         b.gpus_used, b.gpus_total = kubelet.gpu_use()
+        b.kubelet_errors = kubelet.errors
         snap = kubelet.snapshot()
         for s in sc.SERVICES:
             row = b.rows[s.workload]
@@ -390,6 +391,14 @@ def run(opts: Options, say: Say | None = None) -> int:
             code = code or 1
         finally:
             signal.signal(signal.SIGINT, previous)
+    if code == 0 and demo.board.decisions == 0:
+        logs = ", ".join(f"{n}.log" for n in ("aggregator", "decider", "collector"))
+        print(
+            f"governor demo: the pipeline made no decision in {opts.duration:g} s: "
+            f"see {opts.out}/{{{logs}}}",
+            file=sys.stderr,
+        )
+        code = 1
     if demo.timeline:
         demo.write_timeline()
         with contextlib.suppress(KeyboardInterrupt):

@@ -339,7 +339,11 @@ def web_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
                         "resource": "cpu",
                         "intervalSeconds": max(0.5, ts.wall(TRACE_SAMPLE_PERIOD)),
                     },
-                    "target": {"type": "Utilization", "averageUtilization": CPU_UTILIZATION},
+                    # The resource source publishes the mean usage per pod in cores, and the
+                    # decider does not divide it by the request (a Utilization target would
+                    # compare cores with a percentage): a Value target per pod in cores is the
+                    # same point, 70 % of the request.
+                    "target": {"type": "Value", "value": s.cpu * CPU_UTILIZATION / 100},
                 },
             ],
             "panic": {

@@ -33,6 +33,7 @@ class Board:
     latencies: list[float] = field(default_factory=list)  # sample -> patch, seconds
     decisions: int = 0
     refused: int = 0
+    kubelet_errors: int = 0
     gpus_used: int = 0
     gpus_total: int = 0
     trace_seconds: float = 0.0
@@ -84,8 +85,9 @@ def table(board: Board) -> Group:
         ),
         expand=True,
     )
-    for col in ("workload", "prio", "load", "target", "replicas", "desired"):
-        t.add_column(col, no_wrap=True)
+    widths = {"workload": 20, "prio": 5, "load": 10, "target": 17, "ready/spec": 10, "desired": 7}
+    for col, width in widths.items():
+        t.add_column(col, no_wrap=True, min_width=width)
     t.add_column("last decision", overflow="fold", ratio=1)
     for row in board.rows.values():
         t.add_row(
@@ -99,7 +101,8 @@ def table(board: Board) -> Group:
         )
     foot = Text(
         f"pool GPUs in use {board.gpus_used}/{board.gpus_total}   {board.latency_text()}   "
-        f"decisions {board.decisions}, refused/failed {board.refused}\n{board.metrics_api}"
+        f"decisions {board.decisions}, refused/failed {board.refused}, "
+        f"simulator API errors {board.kubelet_errors}\n{board.metrics_api}"
         "   Ctrl-C stops"
     )
     return Group(t, foot)
