@@ -1,6 +1,8 @@
 """Pipeline latency and memory: N workloads x 1 sample/s through push -> aggregator -> decider.
 
-Runs on the local broker (`bash deploy/kafka/kafka.sh up`) with the services as real processes.
+Runs on the local broker (`bash deploy/kafka/kafka.sh up`) with the services as real processes,
+on metrics and load topics of the run's own (other services on a shared broker neither see nor
+add to its samples and windows).
 
 For each N in --workloads: policies and WorkloadStates for N workloads are published, then every
 second one sample per workload is pushed to the collector for --duration seconds (a slow sine per
@@ -10,14 +12,26 @@ workload, so decisions keep coming). Measured, in one run:
   that carries a newer input than the last one of its workload, (arrival wall time - the
   sample's timestamp); samples are stamped with the wall time at which they are pushed, so this
   is the whole path push -> Kafka -> aggregator -> Kafka -> decider -> Kafka -> a consumer.
-  p50/p99 and the largest N with p99 <= 1 s.
-- resident memory (VmRSS) of aggregator and decider at the end of each N, and state bytes per
-  workload (the decider's checkpoint, the aggregator's table value);
+  p50/p99 and the largest N with p99 <= 1 s. A decision that time made due (a stabilization
+  window running out, on the decider's tick) carries input up to a tick older than a
+  load-triggered one, so its "latency" includes that wait.
+- CPU (utime + stime, in cores) of aggregator(s), decider, collector and this driver over the
+  run, and the load average at its start and end: on a shared machine the latency depends on
+  the CPU share the services get, and the CPU cost does not;
+- every 15 s: consumer lag of the aggregator(s) (metrics) and the decider (load), and the
+  resident memory (VmRSS) of each process; VmRSS at the end of each N;
+- state bytes per workload: the decider's checkpoint, the aggregator's table value, and the
+  decider core's memory per workload (tracemalloc; the policy apart from the state proper);
 - samples/s one aggregator process sustains from a backlog, beside a plain aiokafka consumer
-  reading the same backlog (the bus bench's baseline shape), in the same run.
+  reading the same backlog, in the same run, per wall second and per CPU-second.
 
     uv run python bench/pipeline_latency.py --workloads 100 1000 --duration 60
-    uv run python bench/pipeline_latency.py --workloads 1000 --duration 600   # steady-state growth
+    uv run python bench/pipeline_latency.py --workloads 1000 --duration 60 --aggregators 2
+    uv run python bench/pipeline_latency.py --workloads 10000 --duration 30 --backlog 1000
+
+Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
+the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
+two minutes fill the windows and the decider's histories) with the last one.
 """
 
 from __future__ import annotations
@@ -89,27 +103,41 @@ def policy(ns: str, i: int) -> events.PolicyRecord:
     )
 
 
-async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dict[str, Any]:
+async def latency_run(
+    bootstrap: str, n: int, duration: float, tmp: Path, n_aggregators: int = 1
+) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     ns = f"bench-{run}"
     workloads = [f"{ns}/Deployment/w{i}" for i in range(n)]
     agg_port, dec_port, col_port = free_port(), free_port(), free_port()
     kafka = {"KAFKA__BOOTSTRAP": bootstrap}
-    aggregator = Service(
-        "governor-aggregator",
-        {
-            f"GOVERNOR_AGGREGATOR_{k}": v
-            for k, v in {
-                **kafka,
-                "APP_ID": f"bench-agg-{run}",
-                "HTTP_PORT": str(agg_port),
-                "DATA_DIR": str(tmp / f"agg-{run}"),
-                "LOG_LEVEL": "WARNING",
-            }.items()
-        },
-        agg_port,
-        tmp / f"aggregator-{run}.log",
-    )
+    # Samples and windows on topics of this run alone: other aggregators and deciders on a shared
+    # broker (tests, demos) would otherwise consume this run's samples and add their own.
+    metrics_topic = dataclasses.replace(events.METRICS, name=f"bench-metrics-{run}")
+    load_topic = dataclasses.replace(events.LOAD, name=f"bench-load-{run}")
+    await ensure_topics(bootstrap, [metrics_topic, load_topic])
+
+    def aggregator_service(i: int) -> Service:
+        port = agg_port if i == 0 else free_port()
+        env = {
+            **kafka,
+            "APP_ID": f"bench-agg-{run}",
+            "METRICS_TOPIC": metrics_topic.name,
+            "LOAD_TOPIC": load_topic.name,
+            "HTTP_PORT": str(port),
+            "DATA_DIR": str(tmp / f"agg-{run}-{i}"),
+            "LOG_LEVEL": "WARNING",
+        }
+        return Service(
+            "governor-aggregator",
+            {f"GOVERNOR_AGGREGATOR_{k}": v for k, v in env.items()},
+            port,
+            tmp / f"aggregator-{run}-{i}.log",
+        )
+
+    # One consumer group: the metrics partitions are split between the processes.
+    aggregators = [aggregator_service(i) for i in range(n_aggregators)]
+    aggregator = aggregators[0]
     decider = Service(
         "governor-decider",
         {
@@ -117,6 +145,7 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
             for k, v in {
                 **kafka,
                 "GROUP_ID": f"bench-dec-{run}",
+                "LOAD_TOPIC": load_topic.name,
                 "HTTP_PORT": str(dec_port),
                 "LOG_LEVEL": "WARNING",
             }.items()
@@ -132,6 +161,7 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
                 **kafka,
                 "HTTP_HOST": "127.0.0.1",
                 "HTTP_PORT": str(col_port),
+                "METRICS_TOPIC": metrics_topic.name,
                 "LOG_LEVEL": "WARNING",
             }.items()
         },
@@ -148,7 +178,7 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
             events.WorkloadState(workload=wl, spec_replicas=1, ready_replicas=1, observed_at=now),
         )
     await producer.flush()
-    for s in (aggregator, decider, collector):
+    for s in (*aggregators, decider, collector):
         s.start()
 
     ours = set(workloads)
@@ -185,7 +215,11 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
     assert aggregator.proc and decider.proc
     assert collector.proc
     pids = {
-        "aggregator": aggregator.proc.pid,
+        **{
+            f"aggregator{i or ''}": a.proc.pid
+            for i, a in enumerate(aggregators)
+            if a.proc is not None
+        },
         "decider": decider.proc.pid,
         "collector": collector.proc.pid,
     }
@@ -203,7 +237,7 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
             # Every 15 s (a /metrics scrape of a decider with 1,000 workloads costs it ~0.3 s CPU).
             if int(tick - start) // 15 > len(lags) - 1:
                 rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
-                lags.append(f"t+{tick - start:.0f}s {_lags(aggregator, decider)} RSS {rss_now}")
+                lags.append(f"t+{tick - start:.0f}s {_lags(*aggregators, decider)} RSS {rss_now}")
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -230,10 +264,17 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
     cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
     cpu["bench"] = (time.process_time() - own0) / elapsed
     rss = {k: rss_mib(v) for k, v in pids.items()}
-    for s in (collector, aggregator, decider):
+    for s in (collector, *aggregators, decider):
         s.stop()
-    for i in range(n):
-        await producer.tombstone(events.POLICIES, f"{ns}/w{i}")
+    headers = codec_for(events.POLICIES).header_list
+    await producer.wait(
+        [
+            await producer.send_raw(
+                events.POLICIES.name, None, key=f"{ns}/w{i}".encode(), headers=headers
+            )
+            for i in range(n)
+        ]
+    )  # tombstones, acknowledged together
     await producer.stop()
     return {
         "workloads": n,
@@ -245,8 +286,9 @@ async def latency_run(bootstrap: str, n: int, duration: float, tmp: Path) -> dic
         "dec_p99": pct(dec_lat, 0.99),
         "dec_count": len(dec_lat),
         "aggregator_rss_mib": rss["aggregator"],
+        "aggregators": n_aggregators,
         "decider_rss_mib": rss["decider"],
-        "aggregator_cpu": cpu["aggregator"],
+        "aggregator_cpu": sum(v for k, v in cpu.items() if k.startswith("aggregator")),
         "decider_cpu": cpu["decider"],
         "collector_cpu": cpu["collector"],
         "bench_cpu": cpu["bench"],
@@ -263,7 +305,7 @@ def _lags(*services: Service) -> str:
         for line in svc.metrics().splitlines():
             if line.startswith("governor_bus_consumer_lag{"):
                 topic = line.split('topic="', 1)[1].split('"', 1)[0]
-                if topic in (events.METRICS.name, events.LOAD.name):
+                if topic.startswith("bench-"):
                     out.append(
                         f"{svc.command.removeprefix('governor-')}:{topic}=" + line.rsplit(" ", 1)[1]
                     )
@@ -301,11 +343,12 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
     )
     await c.start()
-    got, started = 0, time.perf_counter()
+    got, started, own0 = 0, time.perf_counter(), time.process_time()
     while got < count:
         for records in (await c.getmany(timeout_ms=1000, max_records=5000)).values():
             got += len(records)
     plain = count / (time.perf_counter() - started)
+    plain_cpu = count / max(1e-9, time.process_time() - own0)
     await c.stop()
 
     port = free_port()
@@ -325,7 +368,8 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
         tmp / f"tp-{run}.log",
     )
     agg.start()
-    started = time.perf_counter()
+    assert agg.proc
+    started, cpu0 = time.perf_counter(), cpu_s(agg.proc.pid)
     done = 0.0
     while done < count and time.perf_counter() - started < 600:
         await asyncio.sleep(0.5)
@@ -335,8 +379,15 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
             if line.startswith("governor_aggregator_samples_total{")
         )
     elapsed = time.perf_counter() - started
+    cpu = cpu_s(agg.proc.pid) - cpu0
     agg.stop()
-    return {"samples": count, "aggregator_per_s": done / elapsed, "plain_aiokafka_per_s": plain}
+    return {
+        "samples": count,
+        "aggregator_per_s": done / elapsed,
+        "aggregator_per_cpu_s": done / cpu,
+        "plain_aiokafka_per_s": plain,
+        "plain_aiokafka_per_cpu_s": plain_cpu,
+    }
 
 
 def state_sizes() -> dict[str, int]:
@@ -441,6 +492,12 @@ async def main() -> None:
     )
     ap.add_argument("--workloads", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument(
+        "--aggregators",
+        type=int,
+        default=1,
+        help="aggregator processes in the latency runs (one group: partitions split)",
+    )
     ap.add_argument("--backlog", type=int, default=100_000)
     args = ap.parse_args()
     await ensure_topics(args.bootstrap)
@@ -449,15 +506,18 @@ async def main() -> None:
         print("state bytes per workload:", state_sizes())
         tp = await throughput_run(args.bootstrap, args.backlog, tmp)
         print(
-            f"throughput: aggregator {tp['aggregator_per_s']:.0f} samples/s, plain aiokafka "
-            f"consumer {tp['plain_aiokafka_per_s']:.0f} msgs/s, ratio "
-            f"{tp['aggregator_per_s'] / tp['plain_aiokafka_per_s']:.3f}"
+            f"throughput: aggregator {tp['aggregator_per_s']:.0f} samples/s "
+            f"({tp['aggregator_per_cpu_s']:.0f} per CPU-second), plain aiokafka consumer "
+            f"{tp['plain_aiokafka_per_s']:.0f} msgs/s ({tp['plain_aiokafka_per_cpu_s']:.0f} per "
+            f"CPU-second), ratio {tp['aggregator_per_s'] / tp['plain_aiokafka_per_s']:.3f}; "
+            f"load average {os.getloadavg()[0]:.1f}"
         )
         best = None
         for n in args.workloads:
-            r = await latency_run(args.bootstrap, n, args.duration, tmp)
+            r = await latency_run(args.bootstrap, n, args.duration, tmp, args.aggregators)
             print(
-                f"N={n}: sample->recommendation p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
+                f"N={n} ({r['aggregators']} aggregator process(es)): sample->recommendation "
+                f"p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
                 f"({r['rec_count']}); sample->decision p50 {r['dec_p50']:.3f}s "
                 f"p99 {r['dec_p99']:.3f}s ({r['dec_count']}); RSS aggregator "
                 f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB; "
