@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -11,6 +12,7 @@ from governor.demo import metrics_api
 from governor.demo import scenario as sc
 from governor.demo.report import live_summary, sim_policy
 from governor.demo.run import Sample
+from governor.demo.stack import Busy, exclusive
 from governor.inventory import DEVICE_JOINT_ALLOCATE, PodSpec, pod_requests
 from governor.sim.traces import from_rows
 from governor.spec import policy_from_obj
@@ -116,3 +118,12 @@ def test_simulated_policy_keeps_the_demo_behavior_on_the_total_load() -> None:
         spec.behavior
         == policy_from_obj(sc.web_policy(sc.SERVICES[0], sc.TimeScale(1))).spec.behavior
     )
+
+
+def test_one_demo_per_machine(tmp_path: Path) -> None:
+    lock = tmp_path / "demo.lock"
+    busy = r"another governor demo is running \(pid \d+"
+    with exclusive(lock), pytest.raises(Busy, match=busy), exclusive(lock):
+        pass
+    with exclusive(lock):  # released
+        pass

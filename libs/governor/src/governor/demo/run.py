@@ -21,7 +21,7 @@ from governor.bus import Consumer
 from governor.demo import metrics_api
 from governor.demo import scenario as sc
 from governor.demo.kubelet import Kubelet
-from governor.demo.stack import CRDS, Stack, StackError, missing_prerequisites
+from governor.demo.stack import CRDS, Busy, Stack, StackError, exclusive, missing_prerequisites
 from governor.demo.view import Board, Row, line, table
 from governor.inventory import parse_quantity
 from governor.kube import Kube, KubeError, connect
@@ -372,6 +372,34 @@ def run(opts: Options, say: Say | None = None) -> int:
     except (ValueError, traces.TraceError) as e:
         print(f"governor demo: {e}", file=sys.stderr)
         return 2
+    try:
+        with exclusive():
+            code = _run_stack(demo, say)
+    except Busy as e:
+        print(f"governor demo: {e}", file=sys.stderr)
+        return 1
+    if code == 0 and demo.board.decisions == 0:
+        logs = ", ".join(f"{n}.log" for n in ("aggregator", "decider", "collector"))
+        print(
+            f"governor demo: the pipeline made no decision in {opts.duration:g} s: "
+            f"see {opts.out}/{{{logs}}}",
+            file=sys.stderr,
+        )
+        code = 1
+    if demo.timeline:
+        demo.write_timeline()
+        with contextlib.suppress(KeyboardInterrupt):
+            from governor.demo import report
+
+            for path in report.write(demo, opts.out):
+                say(f"report: {path.resolve()}")
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in demo.stack.timings.items())
+    say(f"wall time {time.monotonic() - started:.0f} s ({timings})")
+    return code
+
+
+def _run_stack(demo: Demo, say: Say) -> int:
+    """Kafka, the control plane, services and the replay; everything stopped at the end."""
     code = 0
     try:
         asyncio.run(demo.main())
@@ -391,21 +419,4 @@ def run(opts: Options, say: Say | None = None) -> int:
             code = code or 1
         finally:
             signal.signal(signal.SIGINT, previous)
-    if code == 0 and demo.board.decisions == 0:
-        logs = ", ".join(f"{n}.log" for n in ("aggregator", "decider", "collector"))
-        print(
-            f"governor demo: the pipeline made no decision in {opts.duration:g} s: "
-            f"see {opts.out}/{{{logs}}}",
-            file=sys.stderr,
-        )
-        code = 1
-    if demo.timeline:
-        demo.write_timeline()
-        with contextlib.suppress(KeyboardInterrupt):
-            from governor.demo import report
-
-            for path in report.write(demo, opts.out):
-                say(f"report: {path.resolve()}")
-    timings = ", ".join(f"{k} {v:.1f}s" for k, v in demo.stack.timings.items())
-    say(f"wall time {time.monotonic() - started:.0f} s ({timings})")
     return code

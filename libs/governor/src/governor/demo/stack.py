@@ -10,6 +10,8 @@ their scripts' `down`).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -18,7 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +58,35 @@ def missing_prerequisites() -> list[str]:
         if shutil.which(tool) is None:
             missing.append(what)
     return missing
+
+
+class Busy(StackError):
+    """Another demo holds the machine's demo broker and control plane."""
+
+
+@contextlib.contextmanager
+def exclusive(path: Path = CACHE / "demo" / "demo.lock") -> Iterator[None]:
+    """One demo per machine: they share the broker port and the control plane's state dir, and
+    each resets both at start, so a second one would pull the first one's stack from under it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise Busy(
+                f"another governor demo is running ({holder}); wait for it or stop it"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}, started {time.strftime('%H:%M:%S')}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.truncate(0)
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def free_port() -> int:
