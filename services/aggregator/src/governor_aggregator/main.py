@@ -200,9 +200,14 @@ def build_app(s: AggregatorSettings) -> faust.App:
         key = window.workload.encode()
         partition = load_partition.get(window.workload)
         if partition is None:
-            partition = load_partition[window.workload] = app.producer.key_partition(
-                s.load_topic, key
-            ).partition
+            try:
+                partition = load_partition[window.workload] = app.producer.key_partition(
+                    s.load_topic, key
+                ).partition
+            except TypeError:
+                # No metadata for the load topic yet (right after start): the producer
+                # partitions this one itself, with the same hash, once it has fetched it.
+                partition = None
         await app.producer.send(
             s.load_topic,
             key,
