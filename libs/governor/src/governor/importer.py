@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from governor.inventory import parse_quantity
 from governor.spec import PolicyError, ScalingPolicy, policy_from_obj
 
 
@@ -68,17 +69,10 @@ def _hpa_target(target: Mapping[str, Any]) -> dict[str, Any]:
 
 def _number(q: Any) -> float:
     """A Kubernetes quantity as a number: 100, "100", "500m", "2k", "1Gi"."""
-    if isinstance(q, int | float):
-        return float(q)
-    text = str(q).strip()
-    factors: dict[str, float] = {
-        "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
-        "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-    }  # fmt: skip
-    for suffix, factor in factors.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text)
+    try:
+        return parse_quantity(q)
+    except ValueError as err:
+        raise ConversionError(f"not a quantity: {q!r} ({err})") from None
 
 
 def from_hpa(obj: Mapping[str, Any]) -> Conversion:

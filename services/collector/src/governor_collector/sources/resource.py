@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import aiohttp
 import msgspec
 
 from governor.events import MetricSample
+from governor.inventory import parse_quantity
 from governor.spec import ResourceSource as ResourceSpec
 from governor_collector.sources.base import PullSource, SourceError, register
 
@@ -34,46 +34,6 @@ KUBE_CLIENT = "kube"
 REQUEST_TIMEOUT_S = 10.0
 
 # --- pure conversion ----------------------------------------------------------------------------
-
-_DECIMAL_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-_BINARY_SUFFIX = {
-    s: Decimal(1024) ** (i + 1) for i, s in enumerate(["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])
-}
-
-
-def parse_quantity(text: str) -> float:
-    """A Kubernetes resource quantity ("250m", "1", "128974848", "129M", "123Mi", "1e3",
-    "15051225n") as a float in base units (cores, bytes). ValueError if it is not one."""
-    s = text.strip()
-    if not s:
-        raise ValueError("empty quantity")
-    for suffix, mult in _BINARY_SUFFIX.items():
-        if s.endswith(suffix):
-            number, factor = s[: -len(suffix)], mult
-            break
-    else:
-        if s[-1] in _DECIMAL_SUFFIX and not s[-1].isdigit():
-            number, factor = s[:-1], _DECIMAL_SUFFIX[s[-1]]
-        else:
-            number, factor = s, Decimal(1)
-    try:
-        value = Decimal(number) * factor
-    except InvalidOperation:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from None
-    if not value.is_finite():
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    return float(value)
 
 
 class ContainerMetrics(msgspec.Struct):
