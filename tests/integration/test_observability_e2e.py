@@ -1,36 +1,48 @@
 """Dashboards and alerts against a real Prometheus scraping the running pipeline.
 
 Collector, aggregator and decider run as processes on the real broker (as in
-test_pipeline_e2e.py). The test plays the cluster: a capacity pool of its own with a GPU+RDMA node
-and a CPU node on governor.cluster, WorkloadStates on governor.workloads (updated after every
-decision), and three ScalingPolicies:
+test_pipeline_e2e.py), the actuator as a process against the real API server (the devcluster) as
+its ServiceAccount with the kustomize base's RBAC (as in test_actuator_e2e.py). The test plays
+the cluster: a capacity pool of its own with a GPU+RDMA node and a CPU node on governor.cluster,
+WorkloadStates on governor.workloads (updated after every decision), and three ScalingPolicies,
+on governor.policies and on the API server alike:
 
-- `web` (Deployment), samples pushed to the collector's HTTP endpoint;
+- `web` (Deployment, on the API server), samples pushed to the collector's HTTP endpoint;
 - `train` (PyTorchJob, elastic, 1 GPU + 1 RDMA VF per replica, restarted 3 times), samples
-  produced straight to governor.metrics; it wants more replicas than the pool has GPUs/NICs,
-  so the pool is short;
+  produced straight to the metrics topic; it wants more replicas than the pool has GPUs/NICs,
+  so the pool is short. Its PyTorchJob does not exist: its decisions are refused
+  (`target_not_found`, after a 404);
 - `frozen` (Deployment), a `prometheus` source whose query returns nothing: its source is down.
 
-A real Prometheus (Debian's 2.42) scrapes the three services every second with governor's alert
-rules loaded — a copy of deploy/prometheus/rules/governor.rules.yaml whose `for:` are all 3 s,
+Samples and load windows go through topics of this run alone. The decider has no setting for
+its decisions topic, so its decisions land on the shared governor.decisions; the test relays
+this run's (and only those) to the actuator's own decisions topic, each web decision twice -- a
+redelivery, refused as `stale` by the fence. The test also sends decisions for a Deployment in a
+namespace the actuator's config allows but its RBAC does not: the API server answers 403, the
+actuation fails (`kube_403`).
+
+A real Prometheus (Debian's 2.42) scrapes the four services every second with governor's alert
+rules loaded -- a copy of deploy/prometheus/rules/governor.rules.yaml whose `for:` are all 3 s,
 expressions untouched. Then:
 
 1. every query of every committed dashboard (deploy/grafana/dashboards/*.json), with the
    template variables set to this run's workloads and pool, parses and returns data; a query
-   over a per-workload or per-pool metric returns series of this run's workloads / pool;
+   over a per-workload or per-pool metric returns series of this run's workloads / pool (the
+   actuator's metrics have no workload label -- bounded cardinality -- but its only scraper is
+   this Prometheus and its only input this run's decisions);
 2. every alert expression (each operand of `unless`, without its threshold) parses and returns
-   data the same way, and every rule evaluates without error;
-3. with the pipeline flowing, GovernorPipelineStalled{stage="decider"} is not firing; after the
+   data the same way, and every rule evaluates without error; the actuator's alerts
+   (GovernorActuatorErrors, GovernorActuatorRefusals, GovernorKubernetesApiErrors) fire;
+3. the actuator really moved `web` (its Deployment carries the seq and replicas of an applied
+   decision) and the actuations topic has the applied, refused and failed records;
+4. with the pipeline flowing, GovernorPipelineStalled{stage="decider"} is not firing; after the
    decider is stopped (SIGTERM) while samples keep flowing, it fires.
-
-The panels and alerts over the actuator's metrics cannot have data here (the actuator needs a
-Kubernetes API server; test_actuator_e2e.py runs it): NOT_IN_RUN and ALERTS_NOT_IN_RUN list
-them, and the test fails if the queries without data differ from those lists in either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -44,9 +56,20 @@ import yaml
 
 from governor import events
 from governor.bus import Consumer, Producer
+from governor.kube import Kube
+from governor.policy.actuation import ANN_SEQ
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from tests.fixtures.prometheus_stack import governor_prometheus, short_for_copy, wait_until
+from tests.integration.test_actuator_kit import (
+    ActuationLog,
+    admin,  # noqa: F401 - fixture
+    create_namespace,
+    decision,
+    deployment,
+    install_base_rbac,
+    service_account_kubeconfig,
+)
 from tests.support.procs import Service, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,19 +78,14 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "governor.rules.yaml"
 
-# (dashboard, panel title, refId) of the queries whose metrics only the actuator exports.
-NOT_IN_RUN = frozenset(
-    {
-        ("pipeline", "Actuations by outcome", "A"),
-        ("pipeline", "Decision -> patch", "A"),
-        ("pipeline", "Decision -> patch", "B"),
-        ("pipeline", "Actuator refusals and failures", "A"),
-        ("pipeline", "Kubernetes API errors", "A"),
-    }
+# The actuator's alerts, which must fire here (with the copy's `for: 3s`).
+ACTUATOR_ALERTS = (
+    "GovernorActuatorErrors",
+    "GovernorActuatorRefusals",
+    "GovernorKubernetesApiErrors",
 )
-ALERTS_NOT_IN_RUN = frozenset(
-    {"GovernorActuatorErrors", "GovernorKubernetesApiErrors", "GovernorActuatorRefusals"}
-)
+# GovernorKubernetesApiErrors: rate over 5m > 0.1/s, i.e. more than 30 errors seen to increase.
+FORBIDDEN_BURST = 50
 # Metrics whose every series carries a workload label / a pool label.
 PER_WORKLOAD = (
     "governor_decider_metric_value",
@@ -90,13 +108,16 @@ PER_POOL = (
 GiB = float(2**30)
 
 
-def _policy(ns: str, name: str, pool: str, **spec: Any) -> events.PolicyRecord:
-    obj = {
+def _policy_obj(ns: str, name: str, pool: str, **spec: Any) -> dict[str, Any]:
+    return {
         "apiVersion": "governor.dev/v1alpha1",
         "kind": "ScalingPolicy",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"minReplicas": 1, "pool": pool, **spec},
     }
+
+
+def _policy(obj: dict[str, Any]) -> events.PolicyRecord:
     return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
 
 
@@ -171,7 +192,11 @@ def _labels_ok(expr: str, result: list[dict[str, Any]], ns: str, pool: str) -> s
 
 
 async def test_dashboards_and_alerts_on_a_real_prometheus(
-    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    unique_suffix: str,
+    admin: Kube,  # noqa: F811
+    kubeconfig_path: Path,
 ) -> None:
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
@@ -183,8 +208,30 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         f"{ns}/Deployment/frozen",
     )
     ours = {web, train, frozen}
+    # Allowed by the actuator's config, not by its RBAC (no RoleBinding there).
+    forbidden_ns = f"obs-forbidden-{unique_suffix}"
+    forbidden = f"{forbidden_ns}/Deployment/web"
 
-    agg_port, dec_port, col_port = free_port(), free_port(), free_port()
+    # Topics of this run alone: another aggregator or decider on the shared broker never sees
+    # this run's samples or windows, and the actuator sees only this run's decisions.
+    metrics_topic = dataclasses.replace(events.METRICS, name=f"obs-metrics-{unique_suffix}")
+    load_topic = dataclasses.replace(events.LOAD, name=f"obs-load-{unique_suffix}")
+    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"obs-decisions-{unique_suffix}")
+    actuations_topic = dataclasses.replace(
+        events.ACTUATIONS, name=f"obs-actuations-{unique_suffix}"
+    )
+    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic, actuations_topic])
+
+    # --- the API server: the actuator's RBAC in `ns` only, web's Deployment, the policies ------
+    for n in (ns, forbidden_ns):
+        await create_namespace(admin, n)
+    await install_base_rbac(admin, [ns])
+    sa_kubeconfig = await service_account_kubeconfig(
+        admin, kubeconfig_path, tmp_path / "actuator.kubeconfig"
+    )
+    await admin.apply(deployment(ns, "web", 1), field_manager="tests")
+
+    agg_port, dec_port, col_port, act_port = free_port(), free_port(), free_port(), free_port()
     rules = short_for_copy(RULES, tmp_path / "governor.rules.yaml", "3s")
     prom = governor_prometheus(
         tmp_path / "prometheus",
@@ -192,6 +239,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "governor-collector": col_port,
             "governor-aggregator": agg_port,
             "governor-decider": dec_port,
+            "governor-actuator": act_port,
         },
         [rules],
     )
@@ -225,9 +273,8 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     for node in nodes:
         await producer.send(events.CLUSTER, node)
     target = {"type": "AverageValue", "averageValue": 10}
-    await producer.send(
-        events.POLICIES,
-        _policy(
+    policies = [
+        _policy_obj(
             ns,
             "web",
             pool,
@@ -236,10 +283,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             metrics=[{"name": "rps", "target": target}],
             panic={"windowSeconds": 6, "stableWindowSeconds": 60},
         ),
-    )
-    await producer.send(
-        events.POLICIES,
-        _policy(
+        _policy_obj(
             ns,
             "train",
             pool,
@@ -253,10 +297,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             elastic={"floor": 1},
             metrics=[{"name": "queue", "target": target}],
         ),
-    )
-    await producer.send(
-        events.POLICIES,
-        _policy(
+        _policy_obj(
             ns,
             "frozen",
             pool,
@@ -275,7 +316,10 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
                 }
             ],
         ),
-    )
+    ]
+    for obj in policies:
+        await admin.apply(obj, field_manager="tests")
+        await producer.send(events.POLICIES, _policy(obj))
     requests = {
         web: {"cpu": 0.5, "memory": 0.5 * GiB},
         train: {
@@ -316,6 +360,8 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
                 "HTTP_PORT": str(agg_port),
                 "DATA_DIR": str(tmp_path / "agg"),
                 "PUBLISH_INTERVAL_MS": "300",
+                "METRICS_TOPIC": metrics_topic.name,
+                "LOAD_TOPIC": load_topic.name,
             },
         ),
         agg_port,
@@ -323,27 +369,70 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     )
     decider = Service(
         "governor-decider",
-        env("GOVERNOR_DECIDER", {"GROUP_ID": f"dec-{unique_suffix}", "HTTP_PORT": str(dec_port)}),
+        env(
+            "GOVERNOR_DECIDER",
+            {
+                "GROUP_ID": f"dec-{unique_suffix}",
+                "HTTP_PORT": str(dec_port),
+                "LOAD_TOPIC": load_topic.name,
+            },
+        ),
         dec_port,
         tmp_path / "decider.log",
     )
     collector = Service(
         "governor-collector",
-        env("GOVERNOR_COLLECTOR", {"HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(col_port)}),
+        env(
+            "GOVERNOR_COLLECTOR",
+            {
+                "HTTP_HOST": "127.0.0.1",
+                "HTTP_PORT": str(col_port),
+                "METRICS_TOPIC": metrics_topic.name,
+            },
+        ),
         col_port,
         tmp_path / "collector.log",
     )
-    services = [aggregator, decider, collector]
+    actuator_config = tmp_path / "actuator.yaml"
+    actuator_config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap": bootstrap},
+                "group_id": f"act-{unique_suffix}",
+                "decisions_topic": decisions_topic.name,
+                "actuations_topic": actuations_topic.name,
+                "kubeconfig": str(sa_kubeconfig),
+                "allowed_namespaces": [ns, forbidden_ns],
+                "http": {"host": "127.0.0.1", "port": act_port},
+            }
+        )
+    )
+    actuator = Service(
+        "governor-actuator",
+        {"GOVERNOR_ACTUATOR_CONFIG": str(actuator_config)},
+        act_port,
+        tmp_path / "actuator.log",
+    )
+    services = [aggregator, decider, collector, actuator]
 
     follow = Consumer(bootstrap, [events.DECISIONS], group_id=None, check_keys=False)
+    actuations = ActuationLog(bootstrap, actuations_topic.name)
+    relayed: list[events.ScaleDecision] = []
     stop_feeding = asyncio.Event()
 
     async def cluster() -> None:
-        """Every decision for our workloads is taken up at once."""
+        """Every decision for our workloads goes to the actuator (web's twice: a redelivery)
+        and is taken up at once by the workload."""
         while True:
             for m in await follow.poll(500):
                 d = m.value
-                if d is not None and d.workload in ours and d.workload in requests:
+                if d is None or d.workload not in ours:
+                    continue
+                relayed.append(d)
+                await producer.send(decisions_topic, d)
+                if d.workload == web:
+                    await producer.send(decisions_topic, d)
+                if d.workload in requests:
                     await producer.send(events.WORKLOADS, state(d.workload, d.to_replicas))
 
     async def feed() -> None:
@@ -352,7 +441,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             push_url = f"http://127.0.0.1:{col_port}/v1/samples"
             # one bad push (400) and one undecodable record (dead letter) for the error panels
             assert (await http.post(push_url, data=b"{not json")).status == 400
-            await (await producer.send_raw(events.METRICS.name, b"\xff garbage", key=b"x"))
+            await (await producer.send_raw(metrics_topic.name, b"\xff garbage", key=b"x"))
             t = 0
             while not stop_feeding.is_set():
                 now = time.time()
@@ -361,18 +450,44 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
                 resp = await http.post(push_url, json={"samples": [sample]})
                 assert resp.status == 200, await resp.text()
                 await producer.send(
-                    events.METRICS,
+                    metrics_topic,
                     events.MetricSample(workload=train, metric="queue", value=80.0, timestamp=now),
                 )
                 t += 1
                 await asyncio.sleep(0.25)
 
+    def has_data(expr: str) -> bool:
+        ok, result = prom.try_query(expr)
+        return ok and bool(result)
+
+    def logs() -> str:
+        return "\n".join(s.tail(1500) for s in services)
+
     tasks: list[asyncio.Task[None]] = []
     try:
-        for s in services:
-            await asyncio.to_thread(s.start)
+        await actuations.start()
+        await asyncio.gather(*(asyncio.to_thread(s.start) for s in services))
         await follow.start()
         tasks = [asyncio.create_task(cluster()), asyncio.create_task(feed())]
+
+        # --- a decision the API server forbids (403): a failed actuation and a Kubernetes API
+        # error. Once Prometheus has the counters' series, a burst of them: the first value of a
+        # series is no increase to increase()/rate(), the burst is.
+        sent_forbidden = [decision(forbidden, 1, 2)]
+        await producer.send(decisions_topic, sent_forbidden[0])
+        seen = await asyncio.to_thread(
+            wait_until,
+            lambda: (
+                has_data('governor_actuator_kube_errors_total{code="403"}')
+                and has_data('governor_actuator_actuations_total{outcome="failed"}')
+            ),
+            120,
+            0.5,
+        )
+        assert seen, f"the actuator's 403 is not in Prometheus:\n{actuator.tail()}"
+        for seq in range(2, FORBIDDEN_BURST + 2):
+            sent_forbidden.append(decision(forbidden, seq, 2))
+            await producer.send(decisions_topic, sent_forbidden[-1])
 
         # --- 1 + 2: every dashboard query and every alert expression has this run's data ------
         queries = [(d, t, r, _fill(e, ns, pool)) for d, t, r, e in dashboard_queries()]
@@ -402,28 +517,88 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
                     problems[key] = why
             return problems
 
-        def only_absent_services_left(problems: dict[tuple[str, ...], str]) -> bool:
-            return {k[:3] for k in problems if k[0] != "alert"} <= NOT_IN_RUN and {
-                k[1] for k in problems if k[0] == "alert"
-            } <= ALERTS_NOT_IN_RUN
-
         deadline = time.monotonic() + 240
         while True:
             pending = await asyncio.to_thread(check_all)
-            if only_absent_services_left(pending) or time.monotonic() > deadline:
+            if not pending or time.monotonic() > deadline:
                 break
             await asyncio.sleep(2)
         detail = "\n".join(f"{k}: {v}" for k, v in sorted(pending.items()))
-        logs = "\n".join(s.tail(1500) for s in services)
-        assert only_absent_services_left(pending), (
-            f"queries without this run's data:\n{detail}\n{logs}"
-        )
-        # ... and exactly those: the lists cannot silently grow or keep stale entries.
-        assert {k[:3] for k in pending if k[0] != "alert"} == NOT_IN_RUN, detail
-        assert {k[1] for k in pending if k[0] == "alert"} == ALERTS_NOT_IN_RUN, detail
-        assert all(v == "no data" for v in pending.values()), detail
+        assert not pending, f"queries without this run's data:\n{detail}\n{logs()}"
         health = await asyncio.to_thread(prom.rules_health)
         assert health and all(h == "ok" for _, h, _ in health), health
+
+        # The actuator's panels show what was provoked: applied patches, stale redeliveries,
+        # the forbidden namespace's 403s.
+        def actuator_series() -> tuple[set[tuple[str, str]], set[str]]:
+            """(outcome, reason) pairs of the actuations and codes of the API errors."""
+            ok_a, outcomes = prom.try_query(
+                "sum by (outcome, reason) (governor_actuator_actuations_total)"
+            )
+            ok_k, codes = prom.try_query("sum by (code) (governor_actuator_kube_errors_total)")
+            if not (ok_a and ok_k and isinstance(outcomes, list) and isinstance(codes, list)):
+                return set(), set()
+            return (
+                {(s["metric"]["outcome"], s["metric"]["reason"]) for s in outcomes},
+                {s["metric"]["code"] for s in codes},
+            )
+
+        def provoked() -> bool:
+            outcomes, codes = actuator_series()
+            return (
+                "applied" in {o for o, _ in outcomes}
+                and {("refused", "stale"), ("failed", "kube_403")} <= outcomes
+                and "403" in codes
+            )
+
+        assert await asyncio.to_thread(wait_until, provoked, 60, 1.0), actuator_series()
+
+        # --- the actuator's alerts fire ---------------------------------------------------------
+        def firing(names: tuple[str, ...]) -> set[str]:
+            return {
+                a["labels"]["alertname"]
+                for a in prom.alerts()
+                if a["state"] == "firing" and a["labels"]["alertname"] in names
+            }
+
+        fired_actuator = await asyncio.to_thread(
+            wait_until, lambda: firing(ACTUATOR_ALERTS) == set(ACTUATOR_ALERTS), 60, 1.0
+        )
+        assert fired_actuator, (
+            f"not all of {ACTUATOR_ALERTS} fire: {await asyncio.to_thread(prom.alerts)}"
+        )
+
+        # --- 3: the actuator really moved web; the actuations topic says what happened --------
+        obj = await admin.get("apps/v1", "deployments", "web", namespace=ns)
+        applied_seq = int(obj["metadata"]["annotations"][ANN_SEQ])
+        assert applied_seq >= 1, obj["metadata"]
+
+        def applied_as_deployed() -> bool:
+            return any(
+                a.workload == web
+                and a.outcome in ("applied", "noop")  # noop: the fence moved, not replicas
+                and a.seq == applied_seq
+                and a.to_replicas == obj["spec"]["replicas"]
+                for a in actuations.records
+            )
+
+        assert await asyncio.to_thread(wait_until, applied_as_deployed, 30, 0.5), (
+            obj,
+            [a for a in actuations.records if a.workload == web][-5:],
+        )
+        by_outcome: dict[tuple[str, str], int] = {}
+        for a in actuations.records:
+            key = (a.workload, a.outcome)
+            by_outcome[key] = by_outcome.get(key, 0) + 1
+        assert by_outcome.get((web, "refused"), 0) >= 1, by_outcome  # the redeliveries
+        for d in sent_forbidden[:1]:
+            failed = await actuations.wait(d.decision_id, within_s=30)
+            assert failed.outcome == "failed" and "403" in failed.reason, failed
+        # train's PyTorchJob does not exist: each of its decisions is refused after a 404
+        for d in [d for d in relayed if d.workload == train]:
+            a = await actuations.wait(d.decision_id, within_s=30)
+            assert a.outcome == "refused" and a.reason.startswith("target_not_found"), a
+        assert {a.workload for a in actuations.records} <= ours | {forbidden}
 
         # The numbers behind the panels are this run's: GPUs and NICs of the node, the shortfall.
         ok, cap = await asyncio.to_thread(
@@ -446,7 +621,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         )
         assert ok and isinstance(restarts_seen, list) and float(restarts_seen[0]["value"][1]) == 3
 
-        # --- 3: stopping the decider makes GovernorPipelineStalled{stage="decider"} fire ---------
+        # --- 4: stopping the decider makes GovernorPipelineStalled{stage="decider"} fire ---------
         def stalled(state_: str) -> list[dict[str, Any]]:
             return [
                 a
@@ -479,6 +654,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await follow.stop()
+        await actuations.stop()
         for s in services:
             await asyncio.to_thread(s.stop)
         prom.stop()
