@@ -193,17 +193,18 @@ def ingest_many(
         if watermark is None or candidate > watermark:
             watermark = candidate
     by_start = {acc.start: acc for acc in series.open}
+    known = len(by_start)
     for start, (times, values) in routed.items():
         old = by_start.get(start)
         by_start[start] = _fold(
             old or WindowAcc(start=start, end=start + size), times, values, spec
         )
-    merged = msgspec.structs.replace(
-        series,
-        open=sorted(by_start.values(), key=lambda a: a.start),
-        newest=newest,
-        late=series.late + late,
-    )
+    # Usually every sample falls into windows already open: their order stands.
+    if len(by_start) == known:
+        still = [by_start[acc.start] for acc in series.open]
+    else:
+        still = sorted(by_start.values(), key=_START)
+    merged = msgspec.structs.replace(series, open=still, newest=newest, late=series.late + late)
     advanced, closed, _ = advance(merged, watermark)
     return advanced, closed, late
 
@@ -264,6 +265,9 @@ def ingest_run(
     return advanced, closed, late
 
 
+_START = operator.attrgetter("start")
+
+
 def _fold(acc: WindowAcc, times: list[float], values: list[float], spec: WindowSpec) -> WindowAcc:
     """A new accumulator with the samples added in order (equal to adding them one by one)."""
     if acc.stride != 1 or len(acc.values) + len(values) > spec.max_samples:
@@ -271,6 +275,19 @@ def _fold(acc: WindowAcc, times: list[float], values: list[float], spec: WindowS
         for ts, value in zip(times, values, strict=True):
             _add_in_place(new, value, ts, spec.max_samples)
         return new
+    if len(values) == 1:  # the common case at a sample per second and series
+        value, ts = values[0], times[0]
+        kept = acc.values.copy()
+        bisect.insort(kept, value)
+        first = acc.count == 0
+        return msgspec.structs.replace(
+            acc,
+            count=acc.count + 1,
+            sum=acc.sum + value,
+            max=value if first else max(acc.max, value),
+            newest=ts if first else max(acc.newest, ts),
+            values=kept,
+        )
     total = functools.reduce(operator.add, values, acc.sum)  # left to right, as one by one
     top, last = max(values), max(times)
     return msgspec.structs.replace(

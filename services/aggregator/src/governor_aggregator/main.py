@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import faust
 import msgspec
+from aiokafka.partitioner import DefaultPartitioner
 from faust.streams import _current_event
 from faust.types import TP
 from prometheus_client import Counter, Gauge
@@ -55,6 +56,7 @@ from governor.windows import (
     ingest_many,
     to_load_window,
 )
+from governor_aggregator.transport import Transport
 
 log = logging.getLogger("governor.aggregator")
 
@@ -131,8 +133,15 @@ class _Record:
         self.headers = [(k, bytes(v)) for k, v in items]
 
 
+class AggregatorApp(faust.App):
+    """faust's App on governor's aiokafka transport (`governor_aggregator.transport`)."""
+
+    def _new_transport(self) -> Any:
+        return Transport(self.conf.broker_consumer, self, loop=self.loop)
+
+
 def build_app(s: AggregatorSettings) -> faust.App:
-    app = faust.App(
+    app = AggregatorApp(
         s.app_id,
         broker=f"kafka://{s.kafka.bootstrap}",
         store=s.store,
@@ -176,6 +185,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         value_type=bytes,
     )
     changelog = table.changelog_topic.get_topic_name()
+    table_data: Any = table.data
     decoder = _Decoder(events.METRICS)
     dirty: dict[str, MetricWindows] = {}
     # Next offset to handle per metrics partition (governor_bus_consumer_lag).
@@ -188,51 +198,69 @@ def build_app(s: AggregatorSettings) -> faust.App:
     published_at: dict[str, float] = {}
     published: dict[str, tuple[tuple[float, int], ...]] = {}
     producer_headers = list(_LOAD.headers)
+    encode_load = _LOAD.encode
+    window_counters = {
+        (kind, closed): WINDOWS.labels(kind, "closed" if closed else "open")
+        for kind in ("stable", "panic")
+        for closed in (True, False)
+    }
+    # The memory store holds each series' state as the object itself (decoding 2.5 KB of
+    # windows per sample was a tenth of the worker's time); a rocksdb store needs bytes. What
+    # recovery restores from the changelog is bytes in either case.
+    objects_in_store = s.store.startswith("memory")
 
-    # Partition per workload on the load topic (the producer's own partitioner is pure Python
-    # murmur2 per message); the same partition it would choose, computed once per workload.
+    # Partition per workload on the load topic, computed once per workload with the partitioner
+    # every producer of the topic uses (aiokafka's murmur2 is pure Python, per message).
     load_partition: dict[str, int] = {}
+    partitioner = DefaultPartitioner()
+
+    async def load_partition_of(aio: Any, workload: str, key: bytes) -> int:
+        partition = load_partition.get(workload)
+        if partition is None:
+            await aio.client._wait_on_metadata(s.load_topic)
+            parts = sorted(aio.client.cluster.partitions_for_topic(s.load_topic))
+            partition = load_partition[workload] = partitioner(key, parts, parts)
+        return partition
 
     async def publish(window: events.LoadWindow) -> None:
-        # Straight into the Kafka producer (no faust buffer task per message); faust flushes the
-        # producer before it commits source offsets, and events are acked only after their batch
-        # was handled, so a window is sent before the offsets of its samples are committed.
+        # Straight into the Kafka producer, without faust's wrapper and buffer task: faust
+        # flushes this producer before it commits source offsets, and events are acked only
+        # after their batch was handled, so a window is sent before its samples are committed.
+        aio = app.producer._ensure_producer()  # type: ignore[attr-defined]
         key = window.workload.encode()
-        partition = load_partition.get(window.workload)
-        if partition is None:
-            try:
-                partition = load_partition[window.workload] = app.producer.key_partition(
-                    s.load_topic, key
-                ).partition
-            except TypeError:
-                # No metadata for the load topic yet (right after start): the producer
-                # partitions this one itself, with the same hash, once it has fetched it.
-                partition = None
-        await app.producer.send(
+        await aio.send(
             s.load_topic,
-            key,
-            _LOAD.encode(window),
-            partition=partition,
-            timestamp=None,
+            encode_load(window),
+            key=key,
+            partition=await load_partition_of(aio, window.workload, key),
             headers=producer_headers,
         )
-        WINDOWS.labels(window.window, "closed" if window.closed else "open").inc()
+        window_counters[(window.window, window.closed)].inc()
 
-    async def store(key: bytes, value: bytes, partition: int) -> None:
+    async def store(key: bytes, state: MetricWindows, partition: int) -> None:
         """The table write of one series: the store, then its changelog record on the source
         partition (what faust's Table does on `table[key] = value`, without its per-message
         buffer task; faust flushes the producer before committing source offsets)."""
-        table.data[key] = value
-        fut = await app.producer.send(
-            changelog, key, value, partition=partition, timestamp=None, headers=None
-        )
-        fut.add_done_callback(functools.partial(persisted, partition))
+        value = _STATE_ENC.encode(state)
+        table_data[key] = state if objects_in_store else value
+        aio = app.producer._ensure_producer()  # type: ignore[attr-defined]
+        fut = await aio.send(changelog, value, key=key, partition=partition)
+        if not objects_in_store:
+            fut.add_done_callback(functools.partial(persisted, partition))
 
     def persisted(partition: int, fut: Any) -> None:
         # What faust's Table does when a changelog record is acknowledged: a rocksdb store keeps
-        # the offset so that recovery starts from there (no-op for the memory store).
+        # the offset so that recovery starts from there.
         if not fut.cancelled() and fut.exception() is None:
             table.data.set_persisted_offset(TP(changelog, partition), fut.result().offset)
+
+    def load_state(kb: bytes) -> MetricWindows:
+        stored = table_data.get(kb)
+        if stored is None:
+            return new_state()
+        if isinstance(stored, MetricWindows):
+            return stored
+        return _STATE_DEC.decode(stored)
 
     async def publish_open(key: str, state: MetricWindows) -> None:
         """The open windows' running estimates of one series, those that changed."""
@@ -274,6 +302,29 @@ def build_app(s: AggregatorSettings) -> faust.App:
             -1, SeriesWindows(spec=specs["stable"]), SeriesWindows(spec=specs["panic"])
         )
 
+    samples_ok, samples_late, samples_dup = (
+        SAMPLES.labels("ok"),
+        SAMPLES.labels("late"),
+        SAMPLES.labels("duplicate"),
+    )
+    decode_sample = decoder._decode
+    expected_headers = decoder._expected_headers
+
+    def sample_of(message: Any) -> events.MetricSample | None:
+        """The sample of a well-formed record (governor.bus's fast path), else None."""
+        raw, kb = message.value, message.key
+        if raw is None or kb is None:
+            return None
+        headers = message.headers
+        if headers and tuple(headers) != expected_headers:
+            return None
+        try:
+            sample: events.MetricSample = decode_sample(raw)
+            ok = sample.workload == kb.decode()
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        return sample if ok else None
+
     async def handle(batch: list[Any]) -> None:
         """One batch of events: per partition, per series, all its samples in one fold and one
         table write; then the open estimates of the series touched."""
@@ -284,16 +335,23 @@ def build_app(s: AggregatorSettings) -> faust.App:
         for partition, events_ in by_partition.items():
             samples: dict[str, list[tuple[int, events.MetricSample]]] = {}
             for event in events_:
-                rec = _Record(event.message)
-                handled[(rec.topic, rec.partition)] = rec.offset + 1
-                try:
-                    sample = decoder(rec).value
-                except DeadLetter as err:
-                    await dead_letter(rec, err)
-                    continue
+                message = event.message
+                handled[(message.topic, partition)] = message.offset + 1
+                sample = sample_of(message)
+                if sample is None:
+                    # The slow path says why (or accepts what the fast one would not).
+                    rec = _Record(message)
+                    try:
+                        sample = decoder(rec).value
+                    except DeadLetter as err:
+                        await dead_letter(rec, err)
+                        continue
                 assert sample is not None
                 key = series_key(sample.workload, sample.metric)
-                samples.setdefault(key, []).append((rec.offset, sample))
+                items = samples.get(key)
+                if items is None:
+                    items = samples[key] = []
+                items.append((message.offset, sample))
             if not samples:
                 continue
             # faust's Table takes the changelog partition (and a rocksdb store its shard) from
@@ -302,18 +360,17 @@ def build_app(s: AggregatorSettings) -> faust.App:
             try:
                 for key, items in samples.items():
                     kb = key.encode()
-                    stored = table.get(kb)
-                    state = _STATE_DEC.decode(stored) if stored else new_state()
-                    fresh = [(ts_off, smp) for ts_off, smp in items if ts_off > state.offset]
+                    state = load_state(kb)
+                    fresh = [(off, smp) for off, smp in items if off > state.offset]
                     if len(fresh) < len(items):
-                        SAMPLES.labels("duplicate").inc(len(items) - len(fresh))
+                        samples_dup.inc(len(items) - len(fresh))
                     if not fresh:
                         continue
                     pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
                     stable, closed_stable, late = ingest_many(state.stable, pairs)
                     panic, closed_panic, _ = ingest_many(state.panic, pairs)
                     state = MetricWindows(fresh[-1][0], stable, panic)
-                    await store(kb, _STATE_ENC.encode(state), partition)
+                    await store(kb, state, partition)
                     touched[key] = state
                     smp = fresh[-1][1]
                     for kind, closed in (("stable", closed_stable), ("panic", closed_panic)):
@@ -322,9 +379,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
                                 to_load_window(acc, smp.workload, smp.metric, kind, closed=True)
                             )
                     if late:
-                        SAMPLES.labels("late").inc(late)
+                        samples_late.inc(late)
                     if len(pairs) > late:
-                        SAMPLES.labels("ok").inc(len(pairs) - late)
+                        samples_ok.inc(len(pairs) - late)
             finally:
                 _current_event.reset(token)
         # Open estimates now rather than on the next timer tick (that wait was most of the
