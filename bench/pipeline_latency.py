@@ -299,15 +299,18 @@ async def latency_run(
     rss = {k: rss_mib(v) for k, v in pids.items()}
     for s in (collector, *aggregators, decider):
         s.stop()
-    headers = codec_for(events.POLICIES).header_list
+    # Tombstones for this run's policies and workload states, acknowledged together: the next
+    # decider on this broker reads both tables in full when it starts.
+    doomed = [(events.POLICIES, f"{ns}/w{i}") for i in range(n)]
+    doomed += [(events.WORKLOADS, wl) for wl in workloads]
     await producer.wait(
         [
             await producer.send_raw(
-                events.POLICIES.name, None, key=f"{ns}/w{i}".encode(), headers=headers
+                t.name, None, key=key.encode(), headers=codec_for(t).header_list
             )
-            for i in range(n)
+            for t, key in doomed
         ]
-    )  # tombstones, acknowledged together
+    )
     await producer.stop()
     return {
         "workloads": n,

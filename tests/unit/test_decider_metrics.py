@@ -84,7 +84,7 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     d.producer.publish = send  # type: ignore[method-assign,assignment]
     await d._decide(train, now, "load")
     await d._decide(web, now, "load")
-    await d._decide_pool(pool, now)
+    await d._decide_pool(pool, now, "load")
 
     gpu, rdma = "nvidia.com/gpu", "koordinator.sh/rdma"
     cap = {r: _value("governor_decider_pool_capacity", pool=pool, resource=r) for r in (gpu, rdma)}
@@ -118,3 +118,34 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     assert _value("governor_decider_elastic_restarts", workload=train) is None
     assert _value("governor_decider_metric_value", workload=train, metric="q") is None
     assert _value("governor_decider_replicas", workload=web, kind="desired") is not None
+
+
+async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due() -> None:
+    """newest sample -> decision (the <= 1 s target and its alert) measures the pipeline: a
+    decision a tick makes due by time carries input already evaluated, up to a sample interval
+    old, and is not observed."""
+
+    def observed() -> float:
+        return _value("governor_decider_sample_to_decision_seconds_count") or 0.0
+
+    counts: dict[str, float] = {}
+    for trigger in ("tick", "load"):
+        now = time.time()
+        pool = f"latency-{trigger}-pool"
+        d, train, web = _decider(pool, f"latency-{trigger}", now)
+        decisions: list[events.ScaleDecision] = []
+
+        async def send(topic: object, value: object, out: list[events.ScaleDecision] = decisions):
+            if isinstance(value, events.ScaleDecision):
+                out.append(value)
+
+        d.producer.send = send  # type: ignore[method-assign,assignment]
+        d.producer.publish = send  # type: ignore[method-assign,assignment]
+        before = observed()
+        await d._decide_all((train, web), now, trigger)
+        await d._decide_pool(pool, now, trigger)
+        assert decisions, "both workloads want to scale up: stage 2 decides"
+        counts[trigger] = observed() - before
+        if trigger == "load":
+            assert counts[trigger] == len(decisions)
+    assert counts["tick"] == 0
