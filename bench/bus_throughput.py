@@ -10,8 +10,8 @@ Produce: N MetricSamples through `Producer.publish` (encodes, keys, headers) vs 
 AIOKafkaProducer loop sending the same pre-encoded payloads, keys and headers with the same
 settings (idempotent, acks=all, linger 5 ms, 256 KiB batches); timed until the last ack.
 Consume: the same N records through `Consumer.run_batches` and `Consumer.run` (decode, validate,
-key check, commit per batch) vs a plain AIOKafkaConsumer getmany loop with the same manual
-commits that does not decode at all (and one that decodes, for reference).
+key check, commit per batch) vs a plain AIOKafkaConsumer getmany loop with the same settings and
+manual commits that does not decode at all (and one that decodes, for reference).
 Also: msgspec JSON vs msgpack encode+decode of MetricSample (the codec choice).
 
 On a shared machine give it a broker of its own, so that nobody else's traffic or restart lands
@@ -150,6 +150,7 @@ async def consume_plain(bootstrap: str, name: str, n: int, decode: bool) -> Timi
         auto_offset_reset="earliest",
         max_poll_records=2000,
         isolation_level="read_committed",
+        fetch_max_wait_ms=100,  # governor.bus's Consumer's setting
     )
     dec = msgspec.json.Decoder(MetricSample).decode
     timing = Timing()
