@@ -23,6 +23,7 @@ from tests.integration.test_actuator_kit import (
     render_kustomization,
     unique,
 )
+from tests.support.ci import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -75,7 +76,7 @@ def test_python_renderer_matches_kubectl_kustomize() -> None:
     ours = render_kustomization(BASE)
     theirs = kubectl_kustomize(BASE)
     if theirs is None:
-        pytest.skip("kubectl not on PATH: nothing to compare the small renderer with")
+        unavailable("kubectl not on PATH: nothing to compare the small renderer with")
     assert sorted(map(ident, ours)) == sorted(map(ident, theirs))
     by_id = {ident(o): o for o in theirs}
     for obj in ours:

@@ -32,6 +32,7 @@ from governor.demo import scenario as sc
 from governor.demo.kwatch import Watch
 from governor.demo.stack import DEVCLUSTER_SH, KAFKA_SH, REPO_ROOT, script_env
 from governor.kube import Kube, connect
+from tests.support.ci import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,9 +46,7 @@ SERVICE_LOGS = ("collector", "cluster-collector", "aggregator", "decider", "actu
 def _need_tools() -> None:
     missing = [t for t in ("java", "mvn", "go", "make") if shutil.which(t) is None]
     if missing:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the demo needs {missing}")
-        pytest.skip(f"the demo needs {missing}")
+        unavailable(f"the demo needs {missing}")
 
 
 def _replicas(obj: dict[str, Any]) -> int:

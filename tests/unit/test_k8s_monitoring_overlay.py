@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from governor.settings import load_settings
@@ -20,6 +19,7 @@ from governor_actuator.config import ActuatorSettings
 from governor_aggregator.main import AggregatorSettings
 from governor_collector.config import CollectorSettings
 from governor_decider.main import DeciderSettings
+from tests.support.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "monitoring"
@@ -131,7 +131,7 @@ def test_every_container_serves_metrics_on_its_http_port() -> None:
 def test_overlay_renders_with_kubectl_kustomize() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl not on PATH")
+        unavailable("kubectl not on PATH")
     out = subprocess.run(
         [kubectl, "kustomize", str(OVERLAY)], capture_output=True, text=True, timeout=120
     )
