@@ -229,6 +229,19 @@ class _Decoder(Generic[T]):
             if k == H_CONTENT_TYPE and v != self._expected_headers[0][1]:
                 raise DeadLetter("content_type", f"content-type {v!r}, expected {CONTENT_TYPE}")
 
+    def value_of(self, raw: bytes | None, key: bytes | None, headers: Any) -> T | None:
+        """The value of a well-formed record (a value, a UTF-8 key matching it, the expected
+        headers), else None: `__call__` then says what is wrong, or accepts what this quick
+        check does not (extra headers). Consumer's own loop inlines the same check."""
+        if raw is None or key is None or (headers and tuple(headers) != self._expected_headers):
+            return None
+        try:
+            value = self._decode(raw)
+            ok = not self._check_key or self._key(value) == key.decode()
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        return value if ok else None
+
     def __call__(self, rec: Any) -> Message[T]:
         headers = rec.headers
         if headers and headers != self._expected_headers:

@@ -310,23 +310,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         SAMPLES.labels("late"),
         SAMPLES.labels("duplicate"),
     )
-    decode_sample = decoder._decode
-    expected_headers = decoder._expected_headers
-
-    def sample_of(message: Any) -> events.MetricSample | None:
-        """The sample of a well-formed record (governor.bus's fast path), else None."""
-        raw, kb = message.value, message.key
-        if raw is None or kb is None:
-            return None
-        headers = message.headers
-        if headers and tuple(headers) != expected_headers:
-            return None
-        try:
-            sample: events.MetricSample = decode_sample(raw)
-            ok = sample.workload == kb.decode()
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            return None
-        return sample if ok else None
+    value_of = decoder.value_of
 
     async def handle(batch: list[Any]) -> None:
         """One batch of events: per partition, per series, all its samples in one fold and one
@@ -340,7 +324,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
             for event in events_:
                 message = event.message
                 handled[(message.topic, partition)] = message.offset + 1
-                sample = sample_of(message)
+                sample = value_of(message.value, message.key, message.headers)
                 if sample is None:
                     # The slow path says why (or accepts what the fast one would not).
                     rec = _Record(message)

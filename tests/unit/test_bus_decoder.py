@@ -1,0 +1,50 @@
+"""The quick check a consumer takes per record before the full decoder: it accepts exactly the
+well-formed records, and everything it refuses goes to the decoder, which says why."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from governor.bus import DeadLetter, _Decoder, codec_for
+from governor.events import METRICS, MetricSample
+
+CODEC = codec_for(METRICS)
+SAMPLE = MetricSample(workload="ns/Deployment/web", metric="rps", value=3.0, timestamp=10.0)
+RAW = CODEC.encode(SAMPLE)
+KEY = SAMPLE.workload.encode()
+
+
+def _record(raw: bytes | None, key: bytes | None, headers: object) -> SimpleNamespace:
+    return SimpleNamespace(
+        topic=METRICS.name, partition=0, offset=7, timestamp=1, value=raw, key=key,
+        headers=headers,
+    )  # fmt: skip
+
+
+def test_a_well_formed_record_takes_the_quick_path() -> None:
+    d = _Decoder(METRICS)
+    assert d.value_of(RAW, KEY, CODEC.headers) == SAMPLE
+    assert d.value_of(RAW, KEY, list(CODEC.headers)) == SAMPLE  # headers as a list (faust)
+    assert d.value_of(RAW, KEY, None) == SAMPLE  # no headers: apps producing directly
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "headers", "reason"),
+    [
+        (b"{not json", KEY, CODEC.headers, "decode"),
+        (b'{"workload": "x"}', b"x", CODEC.headers, "validation"),
+        (RAW, b"ns/Deployment/other", CODEC.headers, "key"),
+        (RAW, KEY, (("schema-version", b"99"),), "schema_version"),
+        (None, KEY, CODEC.headers, "tombstone"),
+    ],
+)
+def test_what_the_quick_path_refuses_the_decoder_explains(
+    raw: bytes | None, key: bytes, headers: object, reason: str
+) -> None:
+    d = _Decoder(METRICS)
+    assert d.value_of(raw, key, headers) is None
+    with pytest.raises(DeadLetter) as err:
+        d(_record(raw, key, headers))
+    assert err.value.reason == reason
