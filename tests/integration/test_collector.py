@@ -64,6 +64,8 @@ class TopicReader:
         self.records: list[Any] = []
         self._task: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._tps: list[TopicPartition] = []
+        self._next: dict[int, int] = {}  # partition -> next offset read
         self._decoder = msgspec.json.Decoder(MetricSample)
 
     @property
@@ -79,9 +81,9 @@ class TopicReader:
         if not parts:
             await self._consumer._client._wait_on_metadata(self.topic)
             parts = self._consumer.partitions_for_topic(self.topic) or set()
-        tps = [TopicPartition(self.topic, p) for p in parts]
-        self._consumer.assign(tps)
-        await self._consumer.seek_to_beginning(*tps)
+        self._tps = [TopicPartition(self.topic, p) for p in parts]
+        self._consumer.assign(self._tps)
+        await self._consumer.seek_to_beginning(*self._tps)
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -89,8 +91,23 @@ class TopicReader:
         assert self._consumer is not None
         while True:
             batches = await self._consumer.getmany(timeout_ms=200)
-            for recs in batches.values():
+            for tp, recs in batches.items():
                 self.records.extend(recs)
+                self._next[tp.partition] = recs[-1].offset + 1
+
+    async def caught_up(self, within: float = 20.0) -> None:
+        """Wait until every record on the topic now (acknowledged before this call) is read.
+
+        Waiting a fixed time instead is what made assertions about "no more samples" flaky: the
+        reader's fetch can lag an acknowledged send by more than any sleep on a loaded machine.
+        """
+        assert self._consumer is not None
+        ends = await self._consumer.end_offsets(self._tps)
+        await until(
+            lambda: all(self._next.get(tp.partition, 0) >= end for tp, end in ends.items()),
+            within=within,
+            what=f"reader caught up with {self.topic}",
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
@@ -207,7 +224,8 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
             prometheus.stop()
             try:
                 await until(lambda: gauge("governor_collector_source_up", **up) == 0)
-                await asyncio.sleep(0.5)  # let an in-flight publish land
+                # a failed poll set the gauge, so every earlier publish was acknowledged
+                await reader.caught_up()
                 n_down = len(reader.samples)
                 await asyncio.sleep(2.0)
                 assert len(reader.samples) == n_down, "samples published while Prometheus down"
@@ -491,10 +509,12 @@ async def test_policy_added_changed_deleted_live(
                 )
                 await producer.send(ptopic, PolicyRecord(changed))
                 await until(lambda: (workload, "q") in c.scheduler.running, what="changed")
-                mark = len(reader.samples)
-                await until(lambda: any(s.value == 4 for s in reader.samples[mark:]))
-                await asyncio.sleep(0.5)
-                assert all(s.value == 4 for s in reader.samples[-3:])
+                # the restart stopped the old query (its last publish acknowledged) before the
+                # new one started: once a 4 is on the topic, no 3 may follow it
+                await until(lambda: sum(s.value == 4 for s in reader.samples) >= 3)
+                after = reader.samples
+                first_new = next(i for i, s in enumerate(after) if s.value == 4)
+                assert {s.value for s in after[first_new:]} == {4}
                 assert (
                     gauge(
                         "governor_collector_source_up", source="push", workload=workload, metric="q"
@@ -505,7 +525,7 @@ async def test_policy_added_changed_deleted_live(
                 # delete: tombstone
                 await producer.tombstone(ptopic, pol.key)
                 await until(lambda: c.scheduler.running == {}, what="stopped")
-                await asyncio.sleep(0.5)
+                await reader.caught_up()
                 mark = len(reader.samples)
                 await asyncio.sleep(1.5)
                 assert len(reader.samples) == mark, "samples after the policy was deleted"
