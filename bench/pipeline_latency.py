@@ -62,7 +62,7 @@ from governor import events
 from governor.bus import Consumer, Producer, codec_for
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
-from tests.support.procs import Service, free_port
+from tests.support.procs import Service, governor_service
 
 
 def rss_mib(pid: int) -> float:
@@ -113,63 +113,40 @@ async def latency_run(
     run = uuid.uuid4().hex[:8]
     ns = f"bench-{run}"
     workloads = [f"{ns}/Deployment/w{i}" for i in range(n)]
-    agg_port, dec_port, col_port = free_port(), free_port(), free_port()
-    kafka = {"KAFKA__BOOTSTRAP": bootstrap}
     # Samples and windows on topics of this run alone: other aggregators and deciders on a shared
     # broker (tests, demos) would otherwise consume this run's samples and add their own.
     metrics_topic = dataclasses.replace(events.METRICS, name=f"bench-metrics-{run}")
     load_topic = dataclasses.replace(events.LOAD, name=f"bench-load-{run}")
     await ensure_topics(bootstrap, [metrics_topic, load_topic])
-
-    def aggregator_service(i: int) -> Service:
-        port = agg_port if i == 0 else free_port()
-        env = {
-            **kafka,
-            "APP_ID": f"bench-agg-{run}",
-            "METRICS_TOPIC": metrics_topic.name,
-            "LOAD_TOPIC": load_topic.name,
-            "HTTP_PORT": str(port),
-            "DATA_DIR": str(tmp / f"agg-{run}-{i}"),
-            "LOG_LEVEL": "WARNING",
-        }
-        return Service(
-            "governor-aggregator",
-            {f"GOVERNOR_AGGREGATOR_{k}": v for k, v in env.items()},
-            port,
-            tmp / f"aggregator-{run}-{i}.log",
-        )
+    quiet = {"LOG_LEVEL": "WARNING"}
 
     # One consumer group: the metrics partitions are split between the processes.
-    aggregators = [aggregator_service(i) for i in range(n_aggregators)]
-    aggregator = aggregators[0]
-    decider = Service(
-        "governor-decider",
-        {
-            f"GOVERNOR_DECIDER_{k}": v
-            for k, v in {
-                **kafka,
-                "GROUP_ID": f"bench-dec-{run}",
+    aggregators = [
+        governor_service(
+            "aggregator",
+            bootstrap,
+            {
+                **quiet,
+                "APP_ID": f"bench-agg-{run}",
+                "METRICS_TOPIC": metrics_topic.name,
                 "LOAD_TOPIC": load_topic.name,
-                "HTTP_PORT": str(dec_port),
-                "LOG_LEVEL": "WARNING",
-            }.items()
-        },
-        dec_port,
+                "DATA_DIR": str(tmp / f"agg-{run}-{i}"),
+            },
+            tmp / f"aggregator-{run}-{i}.log",
+        )
+        for i in range(n_aggregators)
+    ]
+    aggregator = aggregators[0]
+    decider = governor_service(
+        "decider",
+        bootstrap,
+        {**quiet, "GROUP_ID": f"bench-dec-{run}", "LOAD_TOPIC": load_topic.name},
         tmp / f"decider-{run}.log",
     )
-    collector = Service(
-        "governor-collector",
-        {
-            f"GOVERNOR_COLLECTOR_{k}": v
-            for k, v in {
-                **kafka,
-                "HTTP_HOST": "127.0.0.1",
-                "HTTP_PORT": str(col_port),
-                "METRICS_TOPIC": metrics_topic.name,
-                "LOG_LEVEL": "WARNING",
-            }.items()
-        },
-        col_port,
+    collector = governor_service(
+        "collector",
+        bootstrap,
+        {**quiet, "HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name},
         tmp / f"collector-{run}.log",
     )
     producer = Producer(bootstrap)
@@ -258,7 +235,7 @@ async def latency_run(
     cpu0 = {k: cpu_s(v) for k, v in pids.items()}
     own0 = time.process_time()
     load0 = os.getloadavg()[0]
-    url = f"http://127.0.0.1:{col_port}/v1/samples"
+    url = f"http://127.0.0.1:{collector.port}/v1/samples"
     enc = msgspec.json.Encoder()
     start = time.time()
     sent = 0
@@ -398,20 +375,17 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
     plain_cpu = count / max(1e-9, time.process_time() - own0)
     await c.stop()
 
-    port = free_port()
-    agg = Service(
-        "governor-aggregator",
+    agg = governor_service(
+        "aggregator",
+        bootstrap,
         {
-            "GOVERNOR_AGGREGATOR_KAFKA__BOOTSTRAP": bootstrap,
-            "GOVERNOR_AGGREGATOR_APP_ID": f"bench-tp-{run}",
-            "GOVERNOR_AGGREGATOR_HTTP_PORT": str(port),
-            "GOVERNOR_AGGREGATOR_DATA_DIR": str(tmp / f"tp-{run}"),
-            "GOVERNOR_AGGREGATOR_METRICS_TOPIC": topic,
-            "GOVERNOR_AGGREGATOR_LOAD_TOPIC": load_topic,
-            "GOVERNOR_AGGREGATOR_AUTO_OFFSET_RESET": "earliest",
-            "GOVERNOR_AGGREGATOR_LOG_LEVEL": "WARNING",
+            "APP_ID": f"bench-tp-{run}",
+            "DATA_DIR": str(tmp / f"tp-{run}"),
+            "METRICS_TOPIC": topic,
+            "LOAD_TOPIC": load_topic,
+            "AUTO_OFFSET_RESET": "earliest",
+            "LOG_LEVEL": "WARNING",
         },
-        port,
         tmp / f"tp-{run}.log",
     )
     agg.start()

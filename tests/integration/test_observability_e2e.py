@@ -70,7 +70,7 @@ from tests.integration.test_actuator_kit import (
     install_base_rbac,
     service_account_kubeconfig,
 )
-from tests.support.procs import Service, free_port
+from tests.support.procs import Service, free_port, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -346,52 +346,32 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     for wl in (web, train):
         await producer.send(events.WORKLOADS, state(wl, 1))
 
-    kafka_env = {"KAFKA__BOOTSTRAP": bootstrap}
-
-    def env(prefix: str, values: dict[str, str]) -> dict[str, str]:
-        return {f"{prefix}_{k}": v for k, v in {**kafka_env, **values}.items()}
-
-    aggregator = Service(
-        "governor-aggregator",
-        env(
-            "GOVERNOR_AGGREGATOR",
-            {
-                "APP_ID": f"agg-{unique_suffix}",
-                "HTTP_PORT": str(agg_port),
-                "DATA_DIR": str(tmp_path / "agg"),
-                "PUBLISH_INTERVAL_MS": "300",
-                "METRICS_TOPIC": metrics_topic.name,
-                "LOAD_TOPIC": load_topic.name,
-            },
-        ),
-        agg_port,
+    aggregator = governor_service(
+        "aggregator",
+        bootstrap,
+        {
+            "APP_ID": f"agg-{unique_suffix}",
+            "DATA_DIR": str(tmp_path / "agg"),
+            "PUBLISH_INTERVAL_MS": "300",
+            "METRICS_TOPIC": metrics_topic.name,
+            "LOAD_TOPIC": load_topic.name,
+        },
         tmp_path / "aggregator.log",
+        port=agg_port,
     )
-    decider = Service(
-        "governor-decider",
-        env(
-            "GOVERNOR_DECIDER",
-            {
-                "GROUP_ID": f"dec-{unique_suffix}",
-                "HTTP_PORT": str(dec_port),
-                "LOAD_TOPIC": load_topic.name,
-            },
-        ),
-        dec_port,
+    decider = governor_service(
+        "decider",
+        bootstrap,
+        {"GROUP_ID": f"dec-{unique_suffix}", "LOAD_TOPIC": load_topic.name},
         tmp_path / "decider.log",
+        port=dec_port,
     )
-    collector = Service(
-        "governor-collector",
-        env(
-            "GOVERNOR_COLLECTOR",
-            {
-                "HTTP_HOST": "127.0.0.1",
-                "HTTP_PORT": str(col_port),
-                "METRICS_TOPIC": metrics_topic.name,
-            },
-        ),
-        col_port,
+    collector = governor_service(
+        "collector",
+        bootstrap,
+        {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name},
         tmp_path / "collector.log",
+        port=col_port,
     )
     actuator_config = tmp_path / "actuator.yaml"
     actuator_config.write_text(

@@ -31,7 +31,7 @@ from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many
 from governor_decider import journal
-from tests.support.procs import Service, free_port
+from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -147,50 +147,29 @@ async def test_samples_to_decisions_end_to_end(
             ),
         )
 
-    kafka_env = {"KAFKA__BOOTSTRAP": bootstrap}
-    agg_port, dec_port, col_port = free_port(), free_port(), free_port()
     journal_path = tmp_path / "decider.journal"
-
-    def env(prefix: str, values: dict[str, str]) -> dict[str, str]:
-        return {f"{prefix}_{k}": v for k, v in {**kafka_env, **values}.items()}
-
-    aggregator = Service(
-        "governor-aggregator",
-        env(
-            "GOVERNOR_AGGREGATOR",
-            {
-                "APP_ID": f"agg-{unique_suffix}",
-                "METRICS_TOPIC": metrics_topic.name,
-                "LOAD_TOPIC": load_topic.name,
-                "HTTP_PORT": str(agg_port),
-                "DATA_DIR": str(tmp_path / "agg"),
-                "PUBLISH_INTERVAL_MS": "300",
-            },
-        ),
-        agg_port,
+    aggregator = governor_service(
+        "aggregator",
+        bootstrap,
+        {
+            "APP_ID": f"agg-{unique_suffix}",
+            "METRICS_TOPIC": metrics_topic.name,
+            "LOAD_TOPIC": load_topic.name,
+            "DATA_DIR": str(tmp_path / "agg"),
+            "PUBLISH_INTERVAL_MS": "300",
+        },
         tmp_path / "aggregator.log",
     )
-    decider_env = env(
-        "GOVERNOR_DECIDER",
-        {
-            "GROUP_ID": f"dec-{unique_suffix}",
-            "HTTP_PORT": str(dec_port),
-            "JOURNAL": str(journal_path),
-            "LOAD_TOPIC": load_topic.name,
-        },
-    )
-    decider = Service("governor-decider", decider_env, dec_port, tmp_path / "decider.log")
-    collector = Service(
-        "governor-collector",
-        env(
-            "GOVERNOR_COLLECTOR",
-            {
-                "HTTP_HOST": "127.0.0.1",
-                "HTTP_PORT": str(col_port),
-                "METRICS_TOPIC": metrics_topic.name,
-            },
-        ),
-        col_port,
+    decider_settings = {
+        "GROUP_ID": f"dec-{unique_suffix}",
+        "JOURNAL": str(journal_path),
+        "LOAD_TOPIC": load_topic.name,
+    }
+    decider = governor_service("decider", bootstrap, decider_settings, tmp_path / "decider.log")
+    collector = governor_service(
+        "collector",
+        bootstrap,
+        {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name},
         tmp_path / "collector.log",
     )
     services = [aggregator, decider, collector]
@@ -227,7 +206,7 @@ async def test_samples_to_decisions_end_to_end(
     t0 = time.time() - TRACE_SECONDS
     try:
         async with aiohttp.ClientSession() as http:
-            push_url = f"http://127.0.0.1:{col_port}/v1/samples"
+            push_url = f"http://127.0.0.1:{collector.port}/v1/samples"
             # Malformed and schema-invalid bodies are refused with the reason, nothing published.
             bad = await http.post(push_url, data=b"{not json")
             assert bad.status == 400

@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -67,3 +68,22 @@ class Service:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             return r.read().decode()
+
+
+def governor_service(
+    name: str,
+    bootstrap: str,
+    settings: Mapping[str, str],
+    log_path: Path,
+    *,
+    port: int | None = None,
+) -> Service:
+    """`governor-<name>` on the broker `bootstrap`, /healthz and /metrics on `port` (a free one).
+
+    `settings` are the service's typed settings by field (`LOAD_TOPIC`, `KAFKA__BOOTSTRAP` is
+    given); they become its `GOVERNOR_<NAME>_*` environment, as compose and the manifests set them.
+    """
+    port = free_port() if port is None else port
+    prefix = f"GOVERNOR_{name.upper()}_"
+    values = {"KAFKA__BOOTSTRAP": bootstrap, "HTTP_PORT": str(port), **settings}
+    return Service(f"governor-{name}", {prefix + k: v for k, v in values.items()}, port, log_path)
