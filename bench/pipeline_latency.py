@@ -117,7 +117,9 @@ async def latency_run(
     # broker (tests, demos) would otherwise consume this run's samples and add their own.
     metrics_topic = dataclasses.replace(events.METRICS, name=f"bench-metrics-{run}")
     load_topic = dataclasses.replace(events.LOAD, name=f"bench-load-{run}")
-    await ensure_topics(bootstrap, [metrics_topic, load_topic])
+    recs_topic = dataclasses.replace(events.RECOMMENDATIONS, name=f"bench-recommendations-{run}")
+    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"bench-decisions-{run}")
+    await ensure_topics(bootstrap, [metrics_topic, load_topic, recs_topic, decisions_topic])
     quiet = {"LOG_LEVEL": "WARNING"}
 
     # One consumer group: the metrics partitions are split between the processes.
@@ -140,7 +142,13 @@ async def latency_run(
     decider = governor_service(
         "decider",
         bootstrap,
-        {**quiet, "GROUP_ID": f"bench-dec-{run}", "LOAD_TOPIC": load_topic.name},
+        {
+            **quiet,
+            "GROUP_ID": f"bench-dec-{run}",
+            "LOAD_TOPIC": load_topic.name,
+            "RECOMMENDATIONS_TOPIC": recs_topic.name,
+            "DECISIONS_TOPIC": decisions_topic.name,
+        },
         tmp / f"decider-{run}.log",
     )
     collector = governor_service(
@@ -181,7 +189,7 @@ async def latency_run(
     stages: dict[str, list[float]] = {"metrics": [], "load": [], "recommendation": []}
     consumer = Consumer(
         bootstrap,
-        [events.RECOMMENDATIONS, events.DECISIONS, metrics_topic, load_topic],
+        [recs_topic, decisions_topic, metrics_topic, load_topic],
         group_id=None,
         check_keys=False,
         auto_offset_reset="latest",

@@ -14,12 +14,11 @@ on governor.policies and on the API server alike:
   (`target_not_found`, after a 404);
 - `frozen` (Deployment), a `prometheus` source whose query returns nothing: its source is down.
 
-Samples and load windows go through topics of this run alone. The decider has no setting for
-its decisions topic, so its decisions land on the shared governor.decisions; the test relays
-this run's (and only those) to the actuator's own decisions topic, each web decision twice -- a
-redelivery, refused as `stale` by the fence. The test also sends decisions for a Deployment in a
-namespace the actuator's config allows but its RBAC does not: the API server answers 403, the
-actuation fails (`kube_403`).
+Samples, load windows, recommendations and decisions go through topics of this run alone: the
+decider publishes to the decisions topic the actuator reads. The test sends each web decision
+there a second time -- a redelivery, refused as `stale` by the fence. The test also sends
+decisions for a Deployment in a namespace the actuator's config allows but its RBAC does not: the
+API server answers 403, the actuation fails (`kube_403`).
 
 A real Prometheus (Debian's 2.42) scrapes the four services every second with governor's alert
 rules loaded -- a copy of deploy/prometheus/rules/governor.rules.yaml whose `for:` are all 3 s,
@@ -216,11 +215,17 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     # this run's samples or windows, and the actuator sees only this run's decisions.
     metrics_topic = dataclasses.replace(events.METRICS, name=f"obs-metrics-{unique_suffix}")
     load_topic = dataclasses.replace(events.LOAD, name=f"obs-load-{unique_suffix}")
+    recommendations_topic = dataclasses.replace(
+        events.RECOMMENDATIONS, name=f"obs-recommendations-{unique_suffix}"
+    )
     decisions_topic = dataclasses.replace(events.DECISIONS, name=f"obs-decisions-{unique_suffix}")
     actuations_topic = dataclasses.replace(
         events.ACTUATIONS, name=f"obs-actuations-{unique_suffix}"
     )
-    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic, actuations_topic])
+    await ensure_topics(
+        bootstrap,
+        [metrics_topic, load_topic, recommendations_topic, decisions_topic, actuations_topic],
+    )
 
     # --- the API server: the actuator's RBAC in `ns` only, web's Deployment, the policies ------
     for n in (ns, forbidden_ns):
@@ -362,7 +367,12 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     decider = governor_service(
         "decider",
         bootstrap,
-        {"GROUP_ID": f"dec-{unique_suffix}", "LOAD_TOPIC": load_topic.name},
+        {
+            "GROUP_ID": f"dec-{unique_suffix}",
+            "LOAD_TOPIC": load_topic.name,
+            "RECOMMENDATIONS_TOPIC": recommendations_topic.name,
+            "DECISIONS_TOPIC": decisions_topic.name,
+        },
         tmp_path / "decider.log",
         port=dec_port,
     )
@@ -395,21 +405,20 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     )
     services = [aggregator, decider, collector, actuator]
 
-    follow = Consumer(bootstrap, [events.DECISIONS], group_id=None, check_keys=False)
+    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
     actuations = ActuationLog(bootstrap, actuations_topic.name)
-    relayed: list[events.ScaleDecision] = []
+    decided: dict[str, events.ScaleDecision] = {}  # the decider's, by decision id
     stop_feeding = asyncio.Event()
 
     async def cluster() -> None:
-        """Every decision for our workloads goes to the actuator (web's twice: a redelivery)
-        and is taken up at once by the workload."""
+        """Every decision of the decider is taken up at once by its workload; web's are sent to
+        the actuator a second time (a redelivery)."""
         while True:
             for m in await follow.poll(500):
                 d = m.value
-                if d is None or d.workload not in ours:
-                    continue
-                relayed.append(d)
-                await producer.send(decisions_topic, d)
+                if d is None or d.workload not in ours or d.decision_id in decided:
+                    continue  # the test's own: forbidden's, and the redeliveries
+                decided[d.decision_id] = d
                 if d.workload == web:
                     await producer.send(decisions_topic, d)
                 if d.workload in requests:
@@ -575,7 +584,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             failed = await actuations.wait(d.decision_id, within_s=30)
             assert failed.outcome == "failed" and "403" in failed.reason, failed
         # train's PyTorchJob does not exist: each of its decisions is refused after a 404
-        for d in [d for d in relayed if d.workload == train]:
+        for d in [d for d in decided.values() if d.workload == train]:
             a = await actuations.wait(d.decision_id, within_s=30)
             assert a.outcome == "refused" and a.reason.startswith("target_not_found"), a
         assert {a.workload for a in actuations.records} <= ours | {forbidden}

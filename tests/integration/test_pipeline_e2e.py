@@ -126,7 +126,8 @@ async def test_samples_to_decisions_end_to_end(
     # (a benchmark, another test) consumes governor.metrics and publishes to governor.load too.
     metrics_topic = dataclasses.replace(events.METRICS, name=f"e2e-metrics-{unique_suffix}")
     load_topic = dataclasses.replace(events.LOAD, name=f"e2e-load-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics_topic, load_topic])
+    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"e2e-decisions-{unique_suffix}")
+    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic])
     ns = f"e2e-{unique_suffix}"
     wl_push, wl_direct = f"{ns}/Deployment/pushed", f"{ns}/Deployment/direct"
     ours = {wl_push, wl_direct}
@@ -164,6 +165,7 @@ async def test_samples_to_decisions_end_to_end(
         "GROUP_ID": f"dec-{unique_suffix}",
         "JOURNAL": str(journal_path),
         "LOAD_TOPIC": load_topic.name,
+        "DECISIONS_TOPIC": decisions_topic.name,
     }
     decider = governor_service("decider", bootstrap, decider_settings, tmp_path / "decider.log")
     collector = governor_service(
@@ -178,7 +180,7 @@ async def test_samples_to_decisions_end_to_end(
 
     # The cluster: follow every decision for our workloads at once (ready immediately).
     decisions_seen: list[events.ScaleDecision] = []
-    follow = Consumer(bootstrap, [events.DECISIONS], group_id=None, check_keys=False)
+    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
     await follow.start()
 
     async def cluster() -> None:
@@ -265,7 +267,7 @@ async def test_samples_to_decisions_end_to_end(
                 assert (w.max, w.p95) == (acc.max, acc.p95)
 
     # --- decisions: reasons, monotonic seq, never older input, scale up and down happened ---
-    decisions = await _drain(bootstrap, events.DECISIONS, ours, 5)
+    decisions = await _drain(bootstrap, decisions_topic, ours, 5)
     assert decisions, decider.tail()
     by_wl: dict[str, list[events.ScaleDecision]] = defaultdict(list)
     for d in decisions:

@@ -145,8 +145,11 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The one source of truth for policies: `governor policies apply` ("file") or the
     # ScalingPolicy objects published by the cluster-side collector ("cluster").
     policy_source: Literal["file", "cluster"] = "file"
-    # The load topic's name (same type and key), for isolated test and benchmark runs.
+    # The names of the load, recommendations and decisions topics (same types and keys): isolated
+    # pipelines on a shared broker (test and benchmark runs, a canary decider beside the real one).
     load_topic: str = events.LOAD.name
+    recommendations_topic: str = events.RECOMMENDATIONS.name
+    decisions_topic: str = events.DECISIONS.name
     # Stage 2's hysteresis margin (see governor.decider.DeciderCore.allocation_margin).
     allocation_margin: float = 0.0
 
@@ -160,6 +163,11 @@ class Decider:
             allocation_margin=settings.allocation_margin,
         )
         self.producer = Producer(settings.kafka.bootstrap, client_id="governor-decider")
+        self.load_topic = dataclasses.replace(events.LOAD, name=settings.load_topic)
+        self.recommendations_topic = dataclasses.replace(
+            events.RECOMMENDATIONS, name=settings.recommendations_topic
+        )
+        self.decisions_topic = dataclasses.replace(events.DECISIONS, name=settings.decisions_topic)
         self.tables = Consumer(
             settings.kafka.bootstrap,
             [events.POLICIES, events.WORKLOADS, events.CLUSTER],
@@ -169,7 +177,7 @@ class Decider:
         )
         self.load = Consumer(
             settings.kafka.bootstrap,
-            [dataclasses.replace(events.LOAD, name=settings.load_topic)],
+            [self.load_topic],
             group_id=settings.group_id,
             client_id="governor-decider",
             # A new group starts at the newest windows; a restarted one resumes from its commits.
@@ -420,7 +428,7 @@ class Decider:
         """Queue one evaluation's recommendation and decision (its checkpoint is acknowledged)."""
         rec = out.recommendation
         if rec is not None:
-            acks.append(await self.producer.publish(events.RECOMMENDATIONS, rec))
+            acks.append(await self.producer.publish(self.recommendations_topic, rec))
             child = self._child
             for kind, value in (
                 ("current", rec.current),
@@ -440,7 +448,7 @@ class Decider:
                     ELASTIC_RESTARTS.labels(workload).set(observed.restarts)
         d = out.decision
         if d is not None:
-            acks.append(await self.producer.publish(events.DECISIONS, d))
+            acks.append(await self.producer.publish(self.decisions_topic, d))
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
             direction = (
@@ -467,7 +475,9 @@ class Decider:
 
     async def run(self) -> None:
         if self.s.create_topics:
-            await ensure_topics(self.s.kafka.bootstrap)
+            own = (self.load_topic, self.recommendations_topic, self.decisions_topic)
+            topics = {t.name: t for t in (*events.TOPICS, *own)}
+            await ensure_topics(self.s.kafka.bootstrap, topics.values())
         await self.producer.start()
         await self.restore()
         await self.tables.start()
