@@ -17,6 +17,9 @@ whole window.
 - faust runs on `governor_aggregator.transport`: its aiokafka transport with a cheaper hand-off
   of each fetched message and a 100 ms fetch wait (faust's 1.5 s held samples up to that long).
   With them a sample's window is out in 0.3 s (p99) at 1,000 samples/s instead of 1.1 s (p50).
+  It also delivers each metrics partition in offset order across rebalances, which the offset
+  check above relies on: faust alone can deliver records from before a rebalance's seek after
+  it, and the records the seek fetches again were then skipped as duplicates.
 """
 
 from __future__ import annotations
