@@ -18,22 +18,19 @@ from governor import events
 from governor.bus import Consumer, Producer
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many
-from tests.support.procs import Service, free_port
+from tests.support.procs import Service, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, suffix: str) -> Service:
-    port = free_port()
-    env = {
-        "GOVERNOR_AGGREGATOR_METRICS_TOPIC": f"rb-metrics-{suffix}",
-        "GOVERNOR_AGGREGATOR_LOAD_TOPIC": f"rb-load-{suffix}",
-        "GOVERNOR_AGGREGATOR_KAFKA__BOOTSTRAP": bootstrap,
-        "GOVERNOR_AGGREGATOR_APP_ID": app_id,
-        "GOVERNOR_AGGREGATOR_HTTP_PORT": str(port),
-        "GOVERNOR_AGGREGATOR_DATA_DIR": str(tmp / name),
+    settings = {
+        "METRICS_TOPIC": f"rb-metrics-{suffix}",
+        "LOAD_TOPIC": f"rb-load-{suffix}",
+        "APP_ID": app_id,
+        "DATA_DIR": str(tmp / name),
     }
-    return Service("governor-aggregator", env, port, tmp / f"{name}.log")
+    return governor_service("aggregator", bootstrap, settings, tmp / f"{name}.log")
 
 
 async def test_windows_survive_a_rebalance(

@@ -30,7 +30,7 @@ from governor.decider import DeciderCore
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
-from tests.support.procs import Service, free_port
+from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -140,18 +140,11 @@ async def test_rebalance_on_the_running_system(
     for name in nodes:
         await producer.send(events.CLUSTER, node(name, pool))
 
-    port = free_port()
     journal_path = tmp_path / "decider.journal"
-    decider = Service(
-        "governor-decider",
-        {
-            "GOVERNOR_DECIDER_KAFKA__BOOTSTRAP": bootstrap,
-            "GOVERNOR_DECIDER_GROUP_ID": f"dec-{unique_suffix}",
-            "GOVERNOR_DECIDER_HTTP_PORT": str(port),
-            "GOVERNOR_DECIDER_JOURNAL": str(journal_path),
-            "GOVERNOR_DECIDER_LOG_LEVEL": "INFO",
-        },
-        port,
+    decider = governor_service(
+        "decider",
+        bootstrap,
+        {"GROUP_ID": f"dec-{unique_suffix}", "JOURNAL": str(journal_path), "LOG_LEVEL": "INFO"},
         tmp_path / "decider.log",
     )
     decider.start()
