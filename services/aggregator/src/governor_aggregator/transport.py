@@ -66,12 +66,10 @@ class Consumer(faust_aiokafka.Consumer):
         streams = [tp for tp in self.assignment() if not self._is_changelog_tp(tp)]
         order.sought(pending, {tp: self._read_offset.get(tp) for tp in streams})
 
-    async def _in_order(self, tp: Any, offset: int) -> bool:
-        """Whether the record at `offset` of stream partition `tp` is the next to deliver."""
+    async def _close_gap(self, tp: Any, offset: int) -> bool:
+        """The record at `offset` of stream partition `tp` is ahead of the next one: whether to
+        deliver it all the same (the records in between expired) or to seek back."""
         order = self._order()
-        step = order.step(tp, offset)
-        if step != "gap":
-            return step == "deliver"
         expected = order.next[tp]
         assert expected is not None
         earliest = (await self.earliest_offsets(tp)).get(tp)
@@ -113,7 +111,8 @@ class Consumer(faust_aiokafka.Consumer):
                 return True
             return any(chan.queue.full() for chan in tp_index.get(tp, ()))
 
-        in_order = self._in_order
+        order_step = self._order().step
+        close_gap = self._close_gap
         is_stream: dict[Any, bool] = {}
 
         def stream_tp(tp: Any) -> bool:
@@ -139,8 +138,12 @@ class Consumer(faust_aiokafka.Consumer):
                             num_since_yield = 0
 
                         offset = message.offset
-                        if stream_tp(tp) and not await in_order(tp, offset):
-                            continue
+                        if stream_tp(tp):
+                            step = order_step(tp, offset)
+                            if step == "skip":
+                                continue
+                            if step == "gap" and not await close_gap(tp, offset):
+                                continue
                         r_offset = get_read_offset(tp)
                         if r_offset is None or offset >= r_offset:
                             gap = offset - (r_offset or 0)
