@@ -91,6 +91,24 @@ def examples() -> dict[str, msgspec.Struct]:
         events.DECIDER_STATE.name: events.DeciderCheckpoint(
             workload=wl, seq=7, last_to=3, scale_state=b"\x93\x90\x90\xc0"
         ),
+        events.QUOTAS.name: events.QuotaState(
+            quota="shop/compute-quota",
+            namespace="shop",
+            hard={"requests.cpu": 40, "count/pods": 20},
+            used={"requests.cpu": 38},
+            covers={wl: {"requests.cpu": 0.5, "count/pods": 1}},
+            scopes=["PriorityClass"],
+            priority_classes=["high"],
+        ),
+        events.QUEUES.name: events.QueueState(
+            queue="research",
+            capability={"nvidia.com/gpu": 16},
+            guarantee={"nvidia.com/gpu": 4},
+            weight=2,
+            reclaimable=False,
+            parent="root",
+            covers={wl: {"nvidia.com/gpu": 1}},
+        ),
     }
 
 

@@ -126,6 +126,52 @@ class NodeState(Event):
     observed_at: float = 0.0
 
 
+class QuotaState(Event):
+    """A namespace ResourceQuota (topic governor.quotas, compacted, key: namespace/name).
+
+    Resource names are the quota's own: `requests.cpu` (or `cpu`), `limits.memory`, `pods`,
+    `count/pods`, `requests.nvidia.com/gpu`, ... `covers` holds, for every scaled workload the
+    quota's namespace and scopes select, what ONE replica takes of each of the quota's resources;
+    `unmanaged` what the live pods governor does not scale hold of it (the collector sums them
+    from the pods it sees, so a replica that failed creation never counts). `used` is the quota
+    controller's status.used, shown to people; allocation reads `hard`, `unmanaged`, `covers`.
+    """
+
+    quota: str  # namespace/name
+    namespace: str
+    hard: dict[str, float]
+    used: dict[str, float] = msgspec.field(default_factory=dict)
+    unmanaged: dict[str, float] = msgspec.field(default_factory=dict)
+    covers: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    # spec.scopes, and the PriorityClass names of a scopeSelector (None: no such selector)
+    scopes: list[str] = msgspec.field(default_factory=list)
+    priority_classes: list[str] | None = None
+    observed_at: float = 0.0
+
+
+class QueueState(Event):
+    """A Volcano Queue, scheduling.volcano.sh/v1beta1 (topic governor.queues, compacted, key: name).
+
+    Resources are named as in a pod's requests (cpu in cores, memory in bytes, nvidia.com/gpu).
+    `covers`: per scaled workload of the queue (a Volcano Job's spec.queue, a PodGroup's queue),
+    one replica's requests; `unmanaged`: what live pods of the queue that governor does not scale
+    request. `parent` is set where Volcano's hierarchical queues are enabled.
+    """
+
+    queue: str
+    capability: dict[str, float] = msgspec.field(default_factory=dict)
+    deserved: dict[str, float] = msgspec.field(default_factory=dict)
+    guarantee: dict[str, float] = msgspec.field(default_factory=dict)
+    weight: int = 1
+    reclaimable: bool = True
+    parent: str = ""
+    state: str = "Open"
+    allocated: dict[str, float] = msgspec.field(default_factory=dict)  # status.allocated
+    unmanaged: dict[str, float] = msgspec.field(default_factory=dict)
+    covers: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    observed_at: float = 0.0
+
+
 # --- decisions --------------------------------------------------------------------------------
 
 Rule = Literal[
@@ -160,6 +206,8 @@ class Reason(Event):
     detail: str = ""
     metric: str | None = None
     value: float | None = None
+    # The quota or queue that bound a capacity decision: "quota:<ns>/<name>" | "queue:<name>".
+    limit: str = ""
 
 
 class MetricInput(Event):
@@ -243,6 +291,7 @@ class Shortfall(Event):
     resources: dict[str, float]
     reason: str
     at: float
+    limit: str = ""  # the binding quota or queue ("quota:<ns>/<name>" | "queue:<name>"), if any
 
 
 PolicyOrigin = Literal["file", "cluster"]
@@ -333,6 +382,24 @@ CLUSTER: Topic[NodeState] = Topic(
     partitions=1,
     retention_ms=None,
 )
+QUOTAS: Topic[QuotaState] = Topic(
+    "governor.quotas",
+    QuotaState,
+    lambda q: q.quota,
+    "namespace/name of the ResourceQuota",
+    compacted=True,
+    partitions=1,
+    retention_ms=None,
+)
+QUEUES: Topic[QueueState] = Topic(
+    "governor.queues",
+    QueueState,
+    lambda q: q.queue,
+    "Volcano Queue name",
+    compacted=True,
+    partitions=1,
+    retention_ms=None,
+)
 RECOMMENDATIONS: Topic[Recommendation] = Topic(
     "governor.recommendations", Recommendation, lambda r: r.pool, "pool"
 )
@@ -364,6 +431,8 @@ TOPICS: tuple[Topic[Any], ...] = (
     ACTUATIONS,
     SHORTFALLS,
     DECIDER_STATE,
+    QUOTAS,
+    QUEUES,
 )
 
 

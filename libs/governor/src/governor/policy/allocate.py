@@ -57,6 +57,7 @@ import msgspec
 
 from governor.events import NodeState, Recommendation, Rule, Shortfall
 from governor.policy import devices as dev
+from governor.policy.quotas import Constraints, Ledger
 
 DEFAULT_MARGIN = 0.10
 _TOL = 1e-9
@@ -102,6 +103,7 @@ class Grant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     detail: str = ""
     # What ran out when replicas < wanted: resource -> the amount the missing replicas need.
     missing: dict[str, float] = msgspec.field(default_factory=dict)
+    limit: str = ""  # the quota or queue that bound it ("quota:<ns>/<name>", "queue:<name>")
 
     @property
     def short(self) -> int:
@@ -228,22 +230,72 @@ class _Pool:
         return False
 
 
-def _fill(pool: _Pool, ws: list[_Work], target: str, phase: str) -> None:
-    """Weighted DRF progressive filling of `ws` up to each one's floor or want."""
-    goal = {id(w): (w.floor if target == "floor" else w.want) for w in ws}
+def _fill(
+    pool: _Pool,
+    ws: list[_Work],
+    target: str,
+    phase: str,
+    ledger: Ledger | None = None,
+    *,
+    deserved: bool = False,
+    floors: Mapping[str, int] | None = None,
+) -> list[_Work]:
+    """Weighted DRF progressive filling of `ws` up to each one's floor or want.
+
+    With a ledger, a replica must also pass the quotas and queues: a full limit stops the
+    workload for good; another queue's guarantee defers it (returned, to try again once that
+    queue holds its share); with `deserved`, a queue at its deserved share waits this pass."""
+    goal = {
+        id(w): (
+            max(w.floor, (floors or {}).get(w.d.workload, 0)) if target == "floor" else w.want
+        )
+        for w in ws
+    }
     heap = [(w.n * w.unit, w.d.workload, k) for k, w in enumerate(ws) if w.n < goal[id(w)]]
     heapq.heapify(heap)
+    deferred: list[_Work] = []
     while heap:
         _, name, k = heapq.heappop(heap)
         w = ws[k]
         if w.blocked:
             continue
+        why = ledger.refuses(name, deserved=deserved) if ledger is not None else None
+        if why is not None:
+            if why[0] == "hard":
+                w.blocked = phase
+            elif why[0] == "reserve":
+                deferred.append(w)
+            continue
         if pool.place(w):
+            if ledger is not None:
+                ledger.take(name)
             w.n += 1
             if w.n < goal[id(w)]:
                 heapq.heappush(heap, (w.n * w.unit, name, k))
         else:
             w.blocked = phase
+    return deferred
+
+
+def _fill_limited(
+    pool: _Pool,
+    ws: list[_Work],
+    target: str,
+    phase: str,
+    ledger: Ledger,
+    floors: Mapping[str, int],
+) -> None:
+    """`_fill` under quotas and queues: queues below their deserved share first (above the
+    floor), then everyone, again while a deferred workload may now pass a guarantee."""
+    if target == "want" and ledger.has_deserved():
+        _fill(pool, ws, target, phase, ledger, deserved=True)
+    while True:
+        before = sum(w.n for w in ws)
+        deferred = _fill(pool, ws, target, phase, ledger, floors=floors)
+        if not deferred or sum(w.n for w in ws) == before:
+            break
+    for w in deferred:
+        w.blocked = w.blocked or phase
 
 
 def _shares(ws: list[_Work], pool: _Pool, resources: list[str]) -> None:
@@ -284,14 +336,22 @@ def allocate(
     previous: Allocation | Mapping[str, int] | None = None,
     *,
     margin: float = DEFAULT_MARGIN,
+    constraints: Constraints | None = None,
 ) -> Allocation:
-    """Replicas per workload of one pool, each with the rule that bound it (pure)."""
+    """Replicas per workload of one pool, each with the rule that bound it (pure).
+
+    `constraints`: the namespace quotas and Volcano queues over the pool (`policy.quotas`)."""
     ws, pool, resources = _prepare(demands, nodes)
+    ledger = _ledger(ws, pool, constraints)
     if previous is not None:
-        kept = _keep(ws, pool, previous, margin)
+        kept = _keep(ws, pool, previous, margin, ledger)
         if kept is not None:
             return kept
         pool.reset()
+        if ledger is not None:
+            ledger.reset()
+    if ledger is not None:
+        return _allocate_limited(ws, pool, resources, ledger, previous)
     classes = sorted({w.cls for w in ws})
     members = {c: [w for w in ws if w.cls == c] for c in classes}
     if _pack(pool, ws, {w.d.workload: w.floor for w in ws}):
@@ -306,6 +366,70 @@ def allocate(
     census = _Census(ws, pool)
     grants = {w.d.workload: _grant(w, census, resources) for w in ws}
     return _result(grants, pool, kept=False)
+
+
+def _ledger(ws: list[_Work], pool: _Pool, constraints: Constraints | None) -> Ledger | None:
+    if constraints is None or constraints.empty:
+        return None
+    return Ledger(
+        constraints,
+        {w.d.workload: w.want for w in ws},
+        {w.d.workload: w.d.requests for w in ws},
+        pool.capacity,
+    )
+
+
+def _allocate_limited(
+    ws: list[_Work],
+    pool: _Pool,
+    resources: list[str],
+    ledger: Ledger,
+    previous: Allocation | Mapping[str, int] | None,
+) -> Allocation:
+    """The same order as without limits, each replica also passing the ledger; what a
+    non-reclaimable queue held before counts as a floor."""
+    before = previous.replicas() if isinstance(previous, Allocation) else dict(previous or {})
+    held = ledger.protected(before, {w.d.workload: w.want for w in ws})
+    floors = {w.d.workload: max(w.floor, held.get(w.d.workload, 0)) for w in ws}
+    classes = sorted({w.cls for w in ws})
+    members = {c: [w for w in ws if w.cls == c] for c in classes}
+    if _pack(pool, ws, floors, ledger):
+        for w in ws:
+            w.n = floors[w.d.workload]
+    else:
+        pool.reset()
+        ledger.reset()
+        for c in classes:
+            _fill_limited(pool, members[c], "floor", "floor", ledger, floors)
+    for c in classes:
+        _fill_limited(pool, members[c], "want", "above", ledger, floors)
+    census = _Census(ws, pool)
+    grants = {w.d.workload: _limited_grant(w, census, resources, ledger) for w in ws}
+    return _result(grants, pool, kept=False)
+
+
+def _limited_grant(w: _Work, census: _Census, resources: list[str], ledger: Ledger) -> Grant:
+    """The grant, naming the quota or queue that stopped it when one did."""
+    g = _grant(w, census, resources)
+    if g.short <= 0:
+        return g
+    bound = ledger.binding(w.d.workload)
+    if bound is None:
+        return g
+    name, text = bound
+    missing = {
+        r: g.short * a
+        for lim in ledger.limits
+        if lim.name == name
+        for r, a in lim.cost.get(w.d.workload, {}).items()
+    }
+    return msgspec.structs.replace(
+        g,
+        rule="capacity",
+        detail=f"{text} -> {w.n}; {w.n}/{w.want} replicas (floor {w.floor}, tier {w.d.tier})",
+        missing=missing or g.missing,
+        limit=name,
+    )
 
 
 def _result(grants: dict[str, Grant], pool: _Pool, *, kept: bool) -> Allocation:
@@ -420,6 +544,7 @@ def _keep(
     pool: _Pool,
     previous: Allocation | Mapping[str, int],
     margin: float,
+    ledger: Ledger | None = None,
 ) -> Allocation | None:
     """The previous allocation, re-placed on today's nodes, if nothing moved past the margin."""
     if isinstance(previous, Allocation):
@@ -443,6 +568,8 @@ def _keep(
     by_name = {w.d.workload: w for w in ws}
     if not _packed(ws, pool, grants, previous):
         return None
+    if ledger is not None and not ledger.fits(grants):
+        return None
     if isinstance(previous, Allocation):
         for r, c in pool.capacity.items():
             if c > previous.capacity.get(r, 0.0) + _TOL * max(1.0, c):
@@ -462,16 +589,23 @@ def _keep(
             if rule == "hysteresis"
             else "",
             missing=dict(before.missing) if before is not None and g < w.want else {},
+            limit=before.limit if before is not None and g < w.want else "",
         )
     return _result(out, pool, kept=True)
 
 
-def _pack(pool: _Pool, ws: list[_Work], counts: Mapping[str, int]) -> bool:
+def _pack(
+    pool: _Pool, ws: list[_Work], counts: Mapping[str, int], ledger: Ledger | None = None
+) -> bool:
     """First-fit-decreasing of `counts` replicas onto the pool (dominant share decreasing)."""
     for w in sorted(ws, key=lambda w: (-w.size, w.d.workload)):
         for _ in range(counts.get(w.d.workload, 0)):
+            if ledger is not None and ledger.refuses(w.d.workload) is not None:
+                return False
             if not pool.place(w):
                 return False
+            if ledger is not None:
+                ledger.take(w.d.workload)
     return True
 
 
@@ -520,6 +654,7 @@ def shortfalls(alloc: Allocation, pool: str, at: float) -> list[Shortfall]:
             resources=dict(g.missing),
             reason=f"{g.rule}: {g.detail}" if g.detail else g.rule,
             at=at,
+            limit=g.limit,
         )
         for g in sorted(alloc.grants.values(), key=lambda g: g.workload)
         if g.short > 0

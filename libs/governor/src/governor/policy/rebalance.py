@@ -31,6 +31,7 @@ import msgspec
 from governor.events import NodeState, Reason, Recommendation, Shortfall
 from governor.policy import elastic as el
 from governor.policy.allocate import DEFAULT_MARGIN, Allocation, Demand, Grant, allocate
+from governor.policy.quotas import Constraints
 from governor.policy.stages import bound
 from governor.spec import ElasticSpec
 
@@ -77,7 +78,7 @@ def _demand(m: Member, want: int, held: el.Verdict | None) -> Demand:
 def _grant_reason(g: Grant) -> Reason | None:
     if g.rule == "unchanged":
         return None
-    return Reason(rule=g.rule, detail=g.detail, value=float(g.replicas))
+    return Reason(rule=g.rule, detail=g.detail, value=float(g.replicas), limit=g.limit)
 
 
 def _judge(m: Member, grant: int, want: int, now: float) -> tuple[el.Verdict, el.ElasticState]:
@@ -103,8 +104,10 @@ def plan(
     pool: str,
     now: float,
     margin: float = DEFAULT_MARGIN,
+    constraints: Constraints | None = None,
 ) -> PoolPlan:
-    """Replica targets for a pool's workloads over its inventory (pure)."""
+    """Replica targets for a pool's workloads over its inventory (pure); `constraints`: the
+    namespace quotas and Volcano queues the pool's workloads fall under (`policy.quotas`)."""
     ms = sorted(members, key=lambda m: m.rec.workload)
     node_list = list(nodes)
     bounded = {m.rec.workload: bound(m.rec) for m in ms}
@@ -113,7 +116,7 @@ def plan(
     rounds = 0
     while True:
         demands = [_demand(m, bounded[m.rec.workload][0], held.get(m.rec.workload)) for m in ms]
-        alloc = allocate(demands, node_list, previous, margin=margin)
+        alloc = allocate(demands, node_list, previous, margin=margin, constraints=constraints)
         rounds += 1
         if first is None:
             first = alloc
@@ -179,6 +182,7 @@ def plan(
                     if capacity.detail
                     else capacity.rule,
                     at=now,
+                    limit=capacity.limit,
                 )
             )
     return PoolPlan(allocation=alloc, targets=targets, shortfalls=short, rounds=rounds)
