@@ -246,9 +246,7 @@ def _fill(
     workload for good; another queue's guarantee defers it (returned, to try again once that
     queue holds its share); with `deserved`, a queue at its deserved share waits this pass."""
     goal = {
-        id(w): (
-            max(w.floor, (floors or {}).get(w.d.workload, 0)) if target == "floor" else w.want
-        )
+        id(w): (max(w.floor, (floors or {}).get(w.d.workload, 0)) if target == "floor" else w.want)
         for w in ws
     }
     heap = [(w.n * w.unit, w.d.workload, k) for k, w in enumerate(ws) if w.n < goal[id(w)]]

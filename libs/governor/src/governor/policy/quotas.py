@@ -215,6 +215,7 @@ class Ledger:
 
     def reset(self) -> None:
         self.left = [list(v) for v in self._left0]
+        self.deferred: dict[str, int] = {}  # workload -> the share whose guarantee stopped it
         self.held = [dict(s.fixed) for s in self.shares]
         self.free = dict(self.capacity)
         for s in self.shares:
@@ -238,12 +239,12 @@ class Ledger:
             a = req.get(r, 0.0)
             if a <= 0:
                 continue
-            others = [
-                (self._reserve(k, r), k) for k in range(len(self.shares)) if k != mine
-            ]
+            others = [(self._reserve(k, r), k) for k in range(len(self.shares)) if k != mine]
             need = sum(v for v, _ in others)
             if need > 0 and self.free[r] - a < need - _TOL * max(1.0, need):
-                return ("reserve", max(others)[1])
+                k = max(others)[1]
+                self.deferred[workload] = k
+                return ("reserve", k)
         if deserved and mine is not None:
             held = self.held[mine]
             for r, d in self.deserved[mine].items():
@@ -288,7 +289,9 @@ class Ledger:
         """(limit name, "quota: ns/q requests.cpu 38/40") of what stops `workload` now."""
         why = self.refuses(workload)
         if why is None:
-            return None
+            if workload not in self.deferred:
+                return None
+            why = ("reserve", self.deferred[workload])
         kind, i = why
         req = self.requests.get(workload, {})
         if kind == "hard":
@@ -302,7 +305,7 @@ class Ledger:
                     return lim.name, f"{lim.label} {r} {_amount(r, used)}/{_amount(r, total)}"
         s = self.shares[i]
         for r in self.guarded:
-            if req.get(r, 0.0) > 0 and self._reserve(i, r) > 0:
+            if req.get(r, 0.0) > 0 and s.guarantee.get(r, 0.0) > 0:
                 g = s.guarantee.get(r, 0.0)
                 held = self.held[i].get(r, 0.0)
                 return (
