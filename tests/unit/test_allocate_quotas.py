@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from hypothesis import given, settings
@@ -40,8 +40,8 @@ def quota(
 
 def cons(
     ds: list[Demand],
-    quotas: list[QuotaState] = [],
-    queues: list[QueueState] = [],
+    quotas: Sequence[QuotaState] = (),
+    queues: Sequence[QueueState] = (),
     current: Mapping[str, int] | None = None,
 ) -> Constraints:
     return constraints(quotas, queues, [d.workload for d in ds], current or {})

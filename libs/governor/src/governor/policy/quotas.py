@@ -109,9 +109,15 @@ def constraints(
     """The pool's constraints; `current`: the replicas each workload of any pool runs."""
     pool = set(pool_workloads)
     limits: list[Limit] = []
-    for q in sorted(quotas, key=lambda q: q.quota):
+    for rq in sorted(quotas, key=lambda rq: rq.quota):
         lim = _limit(
-            f"quota:{q.quota}", f"quota: {q.quota}", q.hard, q.unmanaged, q.covers, pool, current
+            f"quota:{rq.quota}",
+            f"quota: {rq.quota}",
+            rq.hard,
+            rq.unmanaged,
+            rq.covers,
+            pool,
+            current,
         )
         if lim is not None:
             limits.append(lim)
@@ -121,9 +127,9 @@ def constraints(
         tree = _subtree(by_name, name)
         covers: dict[str, dict[str, float]] = {}
         unmanaged: dict[str, float] = {}
-        for q in tree:
-            covers.update(q.covers)
-            _add(unmanaged, q.unmanaged)
+        for sub in tree:
+            covers.update(sub.covers)
+            _add(unmanaged, sub.unmanaged)
         q = by_name[name]
         lim = _limit(
             f"queue:{name}",
