@@ -42,6 +42,8 @@ from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
     NodeState,
+    QueueState,
+    QuotaState,
     Reason,
     Recommendation,
     ScaleDecision,
@@ -51,6 +53,7 @@ from governor.events import (
 from governor.policy import elastic as el
 from governor.policy import evaluate
 from governor.policy.allocate import Allocation
+from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
 from governor.policy.stages import (
     WindowKey,
@@ -141,6 +144,9 @@ class DeciderCore:
     )
     recommendations: dict[str, dict[str, Recommendation]] = field(default_factory=dict)  # by pool
     pools: dict[str, _PoolMemory] = field(default_factory=dict)
+    # The quotas and queues tables (topics governor.quotas, governor.queues), by key.
+    quotas: dict[str, QuotaState] = field(default_factory=dict)
+    queues: dict[str, QueueState] = field(default_factory=dict)
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -173,6 +179,20 @@ class DeciderCore:
     def on_node_deleted(self, name: str) -> None:
         """A node's tombstone on the cluster table."""
         self.nodes.pop(name, None)
+
+    def on_quota(self, key: str, quota: QuotaState | None) -> None:
+        """A ResourceQuota of the quotas table (None: its tombstone)."""
+        if quota is None:
+            self.quotas.pop(key, None)
+        else:
+            self.quotas[key] = quota
+
+    def on_queue(self, key: str, queue: QueueState | None) -> None:
+        """A Volcano Queue of the queues table (None: its tombstone)."""
+        if queue is None:
+            self.queues.pop(key, None)
+        else:
+            self.queues[key] = queue
 
     def on_checkpoint(self, cp: DeciderCheckpoint) -> None:
         """Restore after a restart; never goes back to an older checkpoint."""
@@ -368,6 +388,12 @@ class DeciderCore:
         if not members:
             out.note = f"pool {pool}: no recommendations yet"
             return out
+        limits = constraints(
+            self.quotas.values(),
+            self.queues.values(),
+            [m.rec.workload for m in members],
+            {w: s.spec_replicas for w, s in self.workloads.items()},
+        )
         p = plan(
             members,
             nodes,
@@ -375,6 +401,7 @@ class DeciderCore:
             pool=pool,
             now=now,
             margin=self.allocation_margin,
+            constraints=limits,
         )
         if p.allocation != pm.allocation:
             pm.allocation = p.allocation

@@ -170,7 +170,7 @@ class Decider:
         self.decisions_topic = dataclasses.replace(events.DECISIONS, name=settings.decisions_topic)
         self.tables = Consumer(
             settings.kafka.bootstrap,
-            [events.POLICIES, events.WORKLOADS, events.CLUSTER],
+            [events.POLICIES, events.WORKLOADS, events.CLUSTER, events.QUOTAS, events.QUEUES],
             group_id=None,
             client_id="governor-decider-tables",
             dlq_producer=self.producer,
@@ -211,6 +211,10 @@ class Decider:
             self._workload(state)
         for node in (await read_table(self.s.kafka.bootstrap, events.CLUSTER)).values():
             self._node(node)
+        for key, quota in (await read_table(self.s.kafka.bootstrap, events.QUOTAS)).items():
+            self.core.on_quota(key, quota)
+        for key, queue in (await read_table(self.s.kafka.bootstrap, events.QUEUES)).items():
+            self.core.on_queue(key, queue)
         self.tables_loaded = True
         log.info(
             "restored",
@@ -308,6 +312,10 @@ class Decider:
                     self._node(msg.value)
                 elif msg.key is not None:
                     self._node_deleted(msg.key)
+            elif msg.topic == events.QUOTAS.name and msg.key is not None:
+                self.core.on_quota(msg.key, msg.value)
+            elif msg.topic == events.QUEUES.name and msg.key is not None:
+                self.core.on_queue(msg.key, msg.value)
 
     async def on_load(self, batch: list[Message[Any]]) -> None:
         touched: dict[str, None] = {}

@@ -4,7 +4,9 @@
     targets ───────┤                                   │
     Pod, Node ─────┼─► Reflectors ─► ClusterModel ─────┼─► governor.workloads (WorkloadState)
     Device ────────┤   (list+watch)  (pure compute,    │
-    PriorityClass ─┘                  last published)  └─► governor.cluster   (NodeState)
+    PriorityClass ─┤                  last published)  ├─► governor.cluster   (NodeState)
+    ResourceQuota ─┤                                   ├─► governor.quotas    (QuotaState)
+    Queue,PodGroup ┘                                   └─► governor.queues    (QueueState)
 
 Volume: one message per change, never per resync or restart. Events only mark what they touch
 dirty; a flush runs `coalesce_s` (200 ms) after the first event of a burst and publishes each key
@@ -33,9 +35,10 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
 from governor import bus
-from governor.events import CLUSTER, POLICIES, WORKLOADS, Topic
+from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
 from governor.kube import Kube, KubeError, connect
+from governor.quotas import PodGroup, Queue, ResourceQuota
 from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
 from governor_collector.cluster.watch import Reflector
 
@@ -49,6 +52,7 @@ MESSAGES = Counter(
 
 POLICY_API = "governor.dev/v1alpha1"
 DEVICE_API = "scheduling.koordinator.sh/v1alpha1"
+VOLCANO_SCHEDULING_API = "scheduling.volcano.sh/v1beta1"
 
 
 class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -64,6 +68,8 @@ class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fiel
     policies_topic: str = POLICIES.name
     workloads_topic: str = WORKLOADS.name
     cluster_topic: str = CLUSTER.name
+    quotas_topic: str = QUOTAS.name
+    queues_topic: str = QUEUES.name
     ensure_topics: bool = True
     startup_timeout_seconds: float = 60.0
     metrics_host: str = "0.0.0.0"
@@ -84,6 +90,8 @@ class ClusterCollector:
             "policies": dataclasses.replace(POLICIES, name=settings.policies_topic),
             "workloads": dataclasses.replace(WORKLOADS, name=settings.workloads_topic),
             "cluster": dataclasses.replace(CLUSTER, name=settings.cluster_topic),
+            "quotas": dataclasses.replace(QUOTAS, name=settings.quotas_topic),
+            "queues": dataclasses.replace(QUEUES, name=settings.queues_topic),
         }
         self.model = ClusterModel(pool_label=settings.pool_label)
         self._api = api
@@ -244,7 +252,13 @@ class ClusterCollector:
                 self._on_policy,
                 "scalingpolicies",
             ),
+            self._reflector("/api/v1/resourcequotas", ResourceQuota, m.on_quota, "resourcequotas"),
         ]
+        # Volcano's CRDs may be absent (a cluster without Volcano): watched, never waited for.
+        self._reflector(f"/apis/{VOLCANO_SCHEDULING_API}/queues", Queue, m.on_queue, "queues")
+        self._reflector(
+            f"/apis/{VOLCANO_SCHEDULING_API}/podgroups", PodGroup, m.on_podgroup, "podgroups"
+        )
         devices = self._reflector(
             f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
         )

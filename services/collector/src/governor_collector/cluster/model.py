@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from prometheus_client import Counter
 
-from governor.events import Event, NodeState, PolicyRecord, WorkloadState
+from governor.events import Event, NodeState, PolicyRecord, QueueState, QuotaState, WorkloadState
 from governor.inventory import (
     POOL_LABEL,
     DeviceObject,
@@ -49,6 +49,15 @@ from governor.inventory import (
     workload_state,
     worth_publishing,
 )
+from governor.quotas import (
+    Covered,
+    PodGroup,
+    Queue,
+    ResourceQuota,
+    job_queue,
+    queue_state,
+    quota_state,
+)
 from governor.spec import PolicyError, ScalingPolicy
 
 log = logging.getLogger("governor.collector.cluster")
@@ -62,8 +71,8 @@ INPUT_PROBLEMS = Counter(
     "Cluster objects (quantities, annotations, targets) that could not be read, first sightings.",
 )
 
-Table = Literal["policies", "workloads", "cluster"]
-TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster")
+Table = Literal["policies", "workloads", "cluster", "quotas", "queues"]
+TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster", "quotas", "queues")
 GVK = tuple[str, str]  # (apiVersion, kind) of a target
 TargetStatus = Literal["pending", "synced", "missing"]
 
@@ -107,6 +116,12 @@ class ClusterModel:
         self.dirty_namespaces: set[str] = set()
         self._policy_selector: dict[str, tuple[str, LabelSelector]] = {}
         self._max_problems = max_problems_remembered
+        # ResourceQuotas (namespace/name), Volcano Queues (name), PodGroups (namespace/name) and
+        # what each scaled workload looks like to them (`governor.quotas`)
+        self.quotas: dict[str, ResourceQuota] = {}
+        self.queues: dict[str, Queue] = {}
+        self.podgroups: dict[str, PodGroup] = {}
+        self.covered: dict[str, Covered] = {}
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -203,6 +218,22 @@ class ClusterModel:
             self.policies_dirty = True
             self.dirty = True
 
+    def on_quota(self, key: str, old: ResourceQuota | None, new: ResourceQuota | None) -> None:
+        self._keep(self.quotas, key, new)
+
+    def on_queue(self, key: str, old: Queue | None, new: Queue | None) -> None:
+        self._keep(self.queues, key, new)
+
+    def on_podgroup(self, key: str, old: PodGroup | None, new: PodGroup | None) -> None:
+        self._keep(self.podgroups, key, new)
+
+    def _keep(self, into: dict[str, Any], key: str, new: Any) -> None:
+        if new is None:
+            into.pop(key, None)
+        else:
+            into[key] = new
+        self.dirty = True
+
     # --- policies -----------------------------------------------------------------------------
 
     def _problem(self, text: str) -> None:
@@ -295,6 +326,7 @@ class ClusterModel:
         self.dirty_namespaces = set()
         if full:
             self._policy_selector.clear()
+            self.covered.clear()
         changes: list[Change] = []
         policy_out: dict[str, Event] = {}
         workload_out: dict[str, Event] = {}
@@ -333,7 +365,9 @@ class ClusterModel:
             if view is None:
                 self._last_selector.pop(p.workload, None)
                 self._policy_selector.pop(key, None)
+                self.covered.pop(p.workload, None)
                 continue
+            self.covered[p.workload] = self._covered(p, view)
             if view.selector is not None:
                 self._last_selector[p.workload] = (p.metadata.namespace, view.selector)
                 self._policy_selector[key] = (p.metadata.namespace, view.selector)
@@ -393,9 +427,37 @@ class ClusterModel:
                 self._problem(text)
             node_out[name] = nstate
         changes += self._diff("cluster", node_out, set(), full=False, considered=set(names))
+        changes += self._limits(managed, now)
         self.dirty_nodes.clear()
         self.all_dirty = False
         return changes
+
+    def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
+        ref = p.spec.target_ref
+        queue = None
+        if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/"):
+            obj = self.targets.get((ref.api_version, ref.kind), {}).get(
+                f"{p.metadata.namespace}/{ref.name}"
+            )
+            queue = job_queue(obj or {})
+        return Covered(p.workload, p.metadata.namespace, view.template, view.priority_class, queue)
+
+    def _limits(self, managed: Any, now: float) -> list[Change]:
+        """Every quota and queue, recomputed each flush: there are few, and a pod anywhere may
+        change what they hold (published only when the content changed)."""
+        covered = list(self.covered.values())
+        quota_out: dict[str, Event] = {}
+        for key, q in sorted(self.quotas.items()):
+            pods = [self.pods[k] for k in self.pods_by_ns.get(q.metadata.namespace, ())]
+            quota_out[key] = quota_state(q, covered, pods, managed, now)
+        queue_out: dict[str, Event] = {}
+        if self.queues:
+            pods = list(self.pods.values())
+            for key, queue in sorted(self.queues.items()):
+                queue_out[key] = queue_state(queue, covered, pods, self.podgroups, managed, now)
+        return self._diff("quotas", quota_out, set(), full=True) + self._diff(
+            "queues", queue_out, set(), full=True
+        )
 
     def _diff(
         self,
@@ -422,4 +484,10 @@ class ClusterModel:
 
 
 def published_types() -> dict[Table, type[Event]]:
-    return {"policies": PolicyRecord, "workloads": WorkloadState, "cluster": NodeState}
+    return {
+        "policies": PolicyRecord,
+        "workloads": WorkloadState,
+        "cluster": NodeState,
+        "quotas": QuotaState,
+        "queues": QueueState,
+    }
