@@ -1,0 +1,427 @@
+"""ResourceQuotas and Volcano Queues on the real kube-apiserver: read, respected, admitted.
+
+The objects are created in the real API server, listed back, decoded and turned into events by
+the cluster collector's own model (`ClusterModel`), and stage 2 (`rebalance.plan`) allocates
+under them; what it grants is then created as pods, which the API server's ResourceQuota
+admission judges. ScalingPolicies are handed to the model as objects (their CRD path is the
+cluster-state test's subject); everything else is what the server returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+
+from governor.events import NodeState, QueueState, QuotaState, Recommendation, WorkloadState
+from governor.inventory import Node, Pod
+from governor.kube import Kube, KubeError, connect
+from governor.policy.quotas import constraints
+from governor.policy.rebalance import Member, PoolPlan, plan
+from governor.quotas import PodGroup, Queue, ResourceQuota
+from governor_collector.cluster.model import ClusterModel
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = [
+    REPO / "deploy/k8s/crds/testing/volcano-job.yaml",
+    REPO / "deploy/k8s/crds/testing/volcano-queue.yaml",
+]
+VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
+DEPLOYMENT = ("apps/v1", "Deployment")
+SCHED = "scheduling.volcano.sh/v1beta1"
+
+
+@pytest.fixture(scope="module")
+async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
+    api = await connect(str(kubeconfig_path))
+    try:
+        k = Kube(api)
+        await install(k)
+        yield k
+    finally:
+        await api.close()
+
+
+async def install(kube: Kube) -> None:
+    """The Volcano Job, Queue and PodGroup CRDs (test fixtures), established and served."""
+    import asyncio
+    import time
+
+    names = []
+    for path in CRDS:
+        for doc in yaml.safe_load_all(path.read_text()):
+            body = {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                **doc,
+            }
+            try:
+                await kube.create("apiextensions.k8s.io/v1", "customresourcedefinitions", body)
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+            names.append(doc["metadata"]["name"])
+    deadline = time.monotonic() + 60
+    for name in names:
+        while True:
+            crd = await kube.get("apiextensions.k8s.io/v1", "customresourcedefinitions", name)
+            conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            if conds.get("Established") == "True":
+                break
+            assert time.monotonic() < deadline, f"CRD {name} not established: {conds}"
+            await asyncio.sleep(0.2)
+    for api_version, kind in [(SCHED, "Queue"), (SCHED, "PodGroup"), VOLCANO_JOB]:
+        while True:
+            try:
+                await kube.resource(api_version, kind)
+                break
+            except KubeError:
+                assert time.monotonic() < deadline, f"{kind} not in discovery"
+                await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def ns(kube: Kube) -> str:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    await kube.create(
+        "v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    return name
+
+
+def container(cpu: str, limit: str | None = None) -> dict[str, Any]:
+    return {
+        "name": "main",
+        "image": "registry.invalid/app:1",
+        "resources": {
+            "requests": {"cpu": cpu, "memory": "64Mi"},
+            "limits": {"cpu": limit or cpu, "memory": "64Mi"},
+        },
+    }
+
+
+def pod(
+    name: str, labels: dict[str, str], cpu: str, limit: str | None = None, **meta: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, **meta},
+        "spec": {"containers": [container(cpu, limit)]},
+    }
+
+
+def policy(
+    ns: str, name: str, kind: str, api_version: str, pool: str, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "governor.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1", "generation": 1},
+        "spec": {
+            "targetRef": {
+                "kind": kind,
+                "name": name,
+                "apiVersion": api_version,
+                **spec.pop("ref", {}),
+            },
+            "minReplicas": 1,
+            "maxReplicas": 50,
+            "pool": pool,
+            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}],
+            **spec,
+        },
+    }
+
+
+async def add_node(kube: Kube, name: str, pool: str, cpu: str = "64") -> None:
+    await kube.create(
+        "v1",
+        "nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"governor.dev/pool": pool}},
+        },
+    )
+    await kube.merge_patch(
+        "v1",
+        "nodes",
+        name,
+        {
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": "256Gi", "pods": "110"},
+                "capacity": {"cpu": cpu, "memory": "256Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }
+        },
+        subresource="status",
+    )
+
+
+class Cluster:
+    """The collector's model over what the API server lists, for one namespace and pool."""
+
+    def __init__(self, kube: Kube, ns: str, pool: str) -> None:
+        self.kube, self.ns, self.pool = kube, ns, pool
+        self.model = ClusterModel()
+        self.policies: dict[str, dict[str, Any]] = {}
+
+    async def read(self, targets: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+        m, k = self.model, self.kube
+        for obj in await k.list_objects("v1", "nodes"):
+            n = msgspec.convert(obj, Node)
+            if n.metadata.labels.get("governor.dev/pool") == self.pool:
+                m.on_node(n.metadata.name, None, n)
+        for obj in await k.list_objects("v1", "pods", namespace=self.ns):
+            p = msgspec.convert(obj, Pod)
+            m.on_pod(f"{self.ns}/{p.metadata.name}", None, p)
+        for obj in await k.list_objects("v1", "resourcequotas", namespace=self.ns):
+            q = msgspec.convert(obj, ResourceQuota)
+            m.on_quota(f"{self.ns}/{q.metadata.name}", None, q)
+        for obj in await k.list_objects(SCHED, "queues"):
+            queue = msgspec.convert(obj, Queue)
+            m.on_queue(queue.metadata.name, None, queue)
+        for obj in await k.list_objects(SCHED, "podgroups", namespace=self.ns):
+            pg = msgspec.convert(obj, PodGroup)
+            m.on_podgroup(f"{self.ns}/{pg.metadata.name}", None, pg)
+        for api_version, plural, kind in targets:
+            gvk = (api_version, kind)
+            for obj in await k.list_objects(api_version, plural, namespace=self.ns):
+                m.on_target(gvk, f"{self.ns}/{obj['metadata']['name']}", None, obj)
+            m.set_target_status(gvk, "synced")
+        for key, obj in self.policies.items():
+            m.on_policy(key, None, obj)
+        out: dict[str, dict[str, Any]] = {
+            "quotas": {},
+            "queues": {},
+            "workloads": {},
+            "cluster": {},
+        }
+        for ch in m.compute(1000.0):
+            if ch.value is not None and ch.table in out:
+                out[ch.table][ch.key] = ch.value
+                m.acknowledge(ch)
+        return out
+
+    def plan(self, state: dict[str, dict[str, Any]], desired: dict[str, int]) -> PoolPlan:
+        nodes: list[NodeState] = [n for n in state["cluster"].values() if n.pool == self.pool]
+        workloads: dict[str, WorkloadState] = state["workloads"]
+        members = [
+            Member(
+                rec=Recommendation(
+                    workload=w,
+                    pool=self.pool,
+                    desired=want,
+                    current=workloads[w].spec_replicas,
+                    ready=workloads[w].ready_replicas,
+                    min_replicas=1,
+                    max_replicas=50,
+                    floor=1,
+                    priority=0,
+                    weight=1.0,
+                    requests=workloads[w].requests,
+                    elastic=False,
+                    reasons=[],
+                    inputs=[],
+                    newest_input=999.0,
+                    policy_generation=1,
+                    computed_at=1000.0,
+                ),
+                current=workloads[w].spec_replicas,
+            )
+            for w, want in desired.items()
+        ]
+        quotas: list[QuotaState] = list(state["quotas"].values())
+        queues: list[QueueState] = [q for q in state["queues"].values() if q.covers]
+        limits = constraints(
+            quotas, queues, desired, {w: s.spec_replicas for w, s in workloads.items()}
+        )
+        return plan(members, nodes, pool=self.pool, now=1000.0, constraints=limits)
+
+
+async def test_a_quota_caps_the_scale_up_at_what_admission_admits(kube: Kube, ns: str) -> None:
+    """A Deployment wants 10 replicas of 1 cpu (limit 2); its namespace's quota allows
+    requests.cpu 6, limits.cpu 20, count/pods 10, and an unmanaged pod holds 1 cpu of it.
+
+    No kube-controller-manager runs here, so no quota controller: the quota's `status.hard` is
+    written the way that controller writes it on its first sync (= spec.hard, used 0), which is
+    what admission needs to judge pods; from then on the API server's ResourceQuota admission
+    itself adds each admitted pod to `status.used`."""
+    pool = f"pool-{ns}"
+    await add_node(kube, f"node-{ns}", pool)
+    hard = {"requests.cpu": "6", "limits.cpu": "20", "count/pods": "10"}
+    await kube.create(
+        "v1",
+        "resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "compute-quota"},
+            "spec": {"hard": hard},
+        },
+        namespace=ns,
+    )
+    await kube.merge_patch(
+        "v1",
+        "resourcequotas",
+        "compute-quota",
+        {
+            "status": {
+                "hard": hard,
+                "used": {"requests.cpu": "0", "limits.cpu": "0", "count/pods": "0"},
+            }
+        },
+        namespace=ns,
+        subresource="status",
+    )
+    await kube.create("v1", "pods", pod("batch", {"app": "batch"}, "1"), namespace=ns)
+    labels = {"app": "web"}
+    await kube.create(
+        "apps/v1",
+        "deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [container("1", "2")]},
+                },
+            },
+        },
+        namespace=ns,
+    )
+    c = Cluster(kube, ns, pool)
+    c.policies[f"{ns}/web"] = policy(ns, "web", "Deployment", "apps/v1", pool)
+    state = await c.read([("apps/v1", "deployments", "Deployment")])
+    web = f"{ns}/Deployment/web"
+    quota = state["quotas"][f"{ns}/compute-quota"]
+    assert quota.covers == {web: {"requests.cpu": 1.0, "limits.cpu": 2.0, "count/pods": 1.0}}
+    assert quota.unmanaged == {"requests.cpu": 1.0, "limits.cpu": 1.0, "count/pods": 1.0}
+    assert quota.used["requests.cpu"] == 1.0  # admission counted the unmanaged pod
+
+    p = c.plan(state, {web: 10})
+    target = p.targets[web]
+    assert target.replicas == 5, target.reasons
+    why = [r for r in target.reasons if r.limit]
+    assert why and why[0].limit == f"quota:{ns}/compute-quota"
+    assert why[0].detail.startswith(f"quota: {ns}/compute-quota requests.cpu 6/6 -> 5")
+    assert p.shortfalls and p.shortfalls[0].limit == f"quota:{ns}/compute-quota"
+
+    # The capped count is admitted by the real quota admission, one more is refused.
+    for i in range(target.replicas):
+        await kube.create("v1", "pods", pod(f"web-{i}", labels, "1", "2"), namespace=ns)
+    with pytest.raises(KubeError) as refused:
+        await kube.create("v1", "pods", pod("web-extra", labels, "1", "2"), namespace=ns)
+    assert refused.value.status == 403 and "exceeded quota" in str(refused.value)
+    assert "requests.cpu" in str(refused.value)
+    # HPA-like scaling (no quota awareness) would ask for 10: half of them fail creation.
+    used = (await kube.get("v1", "resourcequotas", "compute-quota", namespace=ns))["status"]["used"]
+    assert used["requests.cpu"] == "6" and used["count/pods"] == "6"
+
+
+async def test_a_job_stops_at_its_queue_capability_while_another_queue_has_room(
+    kube: Kube, ns: str
+) -> None:
+    """Two teams' queues: the training job (a Volcano Job, spec.queue) may take 4 cpu in queue
+    `research`; the service (a Deployment whose pods join a PodGroup of queue `prod`) has room
+    in its queue and in the pool, and gets all it asks."""
+    pool = f"pool-{ns}"
+    await add_node(kube, f"node-{ns}", pool, cpu="64")
+    research, prod = f"research-{ns}", f"prod-{ns}"
+    for name, spec in [
+        (research, {"capability": {"cpu": "4"}, "weight": 1}),
+        (prod, {"capability": {"cpu": "40"}, "guarantee": {"resource": {"cpu": "2"}}, "weight": 2}),
+    ]:
+        await kube.create(
+            SCHED,
+            "queues",
+            {"apiVersion": SCHED, "kind": "Queue", "metadata": {"name": name}, "spec": spec},
+        )
+    await kube.create(
+        SCHED,
+        "podgroups",
+        {
+            "apiVersion": SCHED,
+            "kind": "PodGroup",
+            "metadata": {"name": "web-pg"},
+            "spec": {"queue": prod, "minMember": 1},
+        },
+        namespace=ns,
+    )
+    await kube.create(
+        "batch.volcano.sh/v1alpha1",
+        "jobs",
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "train"},
+            "spec": {
+                "queue": research,
+                "minAvailable": 1,
+                "tasks": [
+                    {
+                        "name": "worker",
+                        "replicas": 2,
+                        "template": {"spec": {"containers": [container("1")]}},
+                    }
+                ],
+            },
+        },
+        namespace=ns,
+    )
+    labels = {"app": "web"}
+    await kube.create(
+        "apps/v1",
+        "deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {"scheduling.k8s.io/group-name": "web-pg"},
+                    },
+                    "spec": {"containers": [container("1")]},
+                },
+            },
+        },
+        namespace=ns,
+    )
+    c = Cluster(kube, ns, pool)
+    c.policies[f"{ns}/train"] = policy(
+        ns, "train", "Job", "batch.volcano.sh/v1alpha1", pool, ref={"task": "worker"}
+    )
+    c.policies[f"{ns}/web"] = policy(ns, "web", "Deployment", "apps/v1", pool)
+    state = await c.read(
+        [("apps/v1", "deployments", "Deployment"), ("batch.volcano.sh/v1alpha1", "jobs", "Job")]
+    )
+    train, web = f"{ns}/Job/train", f"{ns}/Deployment/web"
+    assert set(state["workloads"]) >= {train, web}, state["workloads"].keys()
+    assert state["queues"][research].covers == {train: {"cpu": 1.0, "memory": 64 * 2**20}}
+    assert state["queues"][prod].covers == {web: {"cpu": 1.0, "memory": 64 * 2**20}}
+    assert state["queues"][prod].guarantee == {"cpu": 2.0} and state["queues"][prod].weight == 2
+    assert state["queues"][research].reclaimable  # the CRD's default, as Volcano's webhook
+
+    p = c.plan(state, {train: 10, web: 12})
+    assert p.targets[web].replicas == 12
+    assert p.targets[train].replicas == 4
+    why = [r for r in p.targets[train].reasons if r.limit]
+    assert why and why[0].detail.startswith(f"queue: {research} capability cpu 4/4 -> 4")
+    free = sum(n.allocatable["cpu"] for n in state["cluster"].values()) - 16
+    assert free > 0, "the pool still has room: the queue, not the pool, stopped the job"
