@@ -255,3 +255,47 @@ def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
     m.on_quota("shop/q", None, None)
     gone = [(c.table, c.key, c.value) for c in m.compute(3.0)]
     assert gone == [("quotas", "shop/q", None)]
+
+
+def test_cluster_show_lists_quotas_and_queues_with_their_use() -> None:
+    from rich.console import Console
+
+    from governor.cli.cluster_limits import render_queues, render_quotas
+    from governor.events import QueueState
+
+    console = Console(record=True, width=240)
+    render_quotas(
+        [
+            QuotaState(
+                quota="shop/compute-quota",
+                namespace="shop",
+                hard={"requests.cpu": 40.0, "requests.memory": 64 * 2**30},
+                used={"requests.cpu": 38.0, "requests.memory": 8 * 2**30},
+                unmanaged={"requests.cpu": 14.0},
+                covers={"shop/Deployment/web": {"requests.cpu": 4.0}},
+                scopes=["PriorityClass"],
+                priority_classes=["high"],
+            )
+        ],
+        console,
+    )
+    render_queues(
+        [
+            QueueState(
+                queue="research",
+                capability={"nvidia.com/gpu": 16.0},
+                allocated={"nvidia.com/gpu": 16.0},
+                guarantee={"nvidia.com/gpu": 4.0},
+                reclaimable=False,
+                parent="root",
+                covers={"lab/Job/train": {"nvidia.com/gpu": 1.0}},
+            )
+        ],
+        console,
+    )
+    text = console.export_text()
+    assert "shop/compute-quota" in text and "PriorityClass [high]" in text
+    assert "requests.cpu 38/40" in text and "requests.memory 8Gi/64Gi" in text
+    assert "shop/Deployment/web" in text
+    assert "research" in text and "nvidia.com/gpu 16/16" in text and "root" in text
+    assert "lab/Job/train" in text

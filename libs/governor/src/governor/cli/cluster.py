@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from governor.events import CLUSTER, NodeState
+from governor.cli.cluster_limits import read_limits, render_queues, render_quotas
+from governor.events import CLUSTER, QUEUES, QUOTAS, NodeState
 from governor.inventory import NodeSummary, PoolSummary, summarize_pool
 
 GiB = 2**30
@@ -103,10 +104,14 @@ def register(app: typer.Typer) -> None:
             help="Kafka bootstrap servers (default 127.0.0.1:9092)",
         ),
         topic: str = typer.Option(CLUSTER.name, "--topic", help="the cluster topic"),
+        quotas_topic: str = typer.Option(QUOTAS.name, "--quotas-topic", help="the quotas topic"),
+        queues_topic: str = typer.Option(QUEUES.name, "--queues-topic", help="the queues topic"),
     ) -> None:
-        """Nodes, allocatable vs requested, free/healthy GPUs and NICs per node, and totals."""
+        """Nodes, allocatable vs requested, free/healthy GPUs and NICs per node, and totals;
+        then the namespace quotas and Volcano queues with their use."""
         try:
             nodes = asyncio.run(_read(bootstrap, topic))
+            quotas, queues = asyncio.run(read_limits(bootstrap, quotas_topic, queues_topic))
         except (OSError, TimeoutError, ConnectionError) as e:
             typer.echo(f"cannot read {topic}: {e}", err=True)
             raise typer.Exit(2) from None
@@ -117,5 +122,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"no nodes in pool {pool!r} on {topic} (pools: {known})", err=True)
             raise typer.Exit(1)
         render(summary, console)
+        render_quotas(quotas.values(), console)
+        render_queues(queues.values(), console)
 
     app.add_typer(cluster, name="cluster")
