@@ -161,8 +161,17 @@ def pod_limits(spec: PodSpec) -> dict[str, float]:
 
 def quota_cost(hard: Iterable[str], spec: PodSpec) -> dict[str, float]:
     """What one pod takes of each of a quota's hard resources."""
-    requests = pod_requests(spec)
-    limits: dict[str, float] | None = None
+    return quota_cost_of(hard, pod_requests(spec), lambda: pod_limits(spec))
+
+
+def quota_cost_of(
+    hard: Iterable[str],
+    requests: Mapping[str, float],
+    limits: Callable[[], Mapping[str, float]] | Mapping[str, float],
+) -> dict[str, float]:
+    """What one replica with these requests (and limits: a mapping, or a function computing it
+    on first use) takes of each of a quota's hard resources."""
+    known: Mapping[str, float] | None = None if callable(limits) else limits
     out: dict[str, float] = {}
     for name in hard:
         if name in POD_COUNTS:
@@ -172,8 +181,11 @@ def quota_cost(hard: Iterable[str], spec: PodSpec) -> dict[str, float]:
         elif name.startswith("requests."):
             out[name] = requests.get(name.removeprefix("requests."), 0.0)
         elif name.startswith("limits."):
-            limits = pod_limits(spec) if limits is None else limits
-            out[name] = limits.get(name.removeprefix("limits."), 0.0)
+            if known is None:
+                assert callable(limits)
+                known = limits()
+            resource = name.removeprefix("limits.")
+            out[name] = known.get(resource, requests.get(resource, 0.0))
     return {k: v for k, v in out.items() if v > 0}
 
 

@@ -28,7 +28,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         paths = write_outputs(result, spec, out)
         table = Table(
-            "run", "workload", "tier", "violation s", "GPU-h", "restarts", "progress", "short s"
+            "run",
+            "workload",
+            "tier",
+            "violation s",
+            "GPU-h",
+            "restarts",
+            "progress",
+            "short s",
+            "failed-create replica-s",
+            "pending replica-s",
         )
         for name, run in result.runs.items():
             for wl, s in sorted(run.summary.items()):
@@ -41,6 +50,8 @@ def register(app: typer.Typer) -> None:
                     str(s.restarts),
                     f"{s.progress:.0f}" if s.kind == "training" else "",
                     str(s.shortfall_seconds),
+                    str(s.failed_replica_seconds),
+                    str(s.pending_replica_seconds),
                 )
         Console().print(table)
         for kind, p in paths.items():

@@ -51,6 +51,16 @@ from governor.events import Device, NodeState, ScaleDecision, WindowKind, Worklo
 from governor.policy import devices as dev
 from governor.policy import elastic as el
 from governor.policy.allocate import Allocation, Demand, allocate
+from governor.policy.quotas import Constraints, constraints
+from governor.sim.scenario_limits import (
+    Member,
+    QueueSpec,
+    QuotaSpec,
+    check_names,
+    queue_states,
+    quota_states,
+    refused_by_quota,
+)
 from governor.spec import ScalingPolicy, policy_from_obj
 
 METRIC = "load"
@@ -91,6 +101,9 @@ class WorkloadSpec(_Cfg):
     startup_seconds: float | None = None
     restart_seconds: float | None = None  # training: lost per restart (default: policy δ)
     started_ago_seconds: float = 3600.0  # training: the job's age at the start
+    namespace: str = ""  # default: "sim"
+    queue: str | None = None  # the Volcano queue it runs in (scenario `queues`)
+    limits: dict[str, float] = msgspec.field(default_factory=dict)  # per replica, for limits.*
 
 
 class FailureSpec(_Cfg):
@@ -110,6 +123,8 @@ class ScenarioSpec(_Cfg):
     startup_seconds: float = 30.0
     failures: list[FailureSpec] = msgspec.field(default_factory=list)
     start: float = 1_800_000_000.0  # epoch seconds of t = 0
+    quotas: list[QuotaSpec] = msgspec.field(default_factory=list)  # namespace ResourceQuotas
+    queues: list[QueueSpec] = msgspec.field(default_factory=list)  # Volcano Queues
 
 
 def load_scenario(path: Path) -> ScenarioSpec:
@@ -136,6 +151,10 @@ def check(spec: ScenarioSpec) -> None:
         if not w.trace:
             raise ScenarioError(f"workloads[{w.name}].trace: at least one (t, load) point")
         policy(spec, w)
+    members = {w.name: Workload(spec, w).member() for w in spec.workloads}
+    problems = check_names(spec.quotas, spec.queues, members)
+    if problems:
+        raise ScenarioError("; ".join(problems))
     if spec.tick_seconds < 1 or spec.duration_seconds <= 0:
         raise ScenarioError("tickSeconds must be >= 1 and durationSeconds > 0")
 
@@ -157,7 +176,7 @@ def policy(spec: ScenarioSpec, w: WorkloadSpec) -> ScalingPolicy:
             {
                 "apiVersion": "governor.dev/v1alpha1",
                 "kind": "ScalingPolicy",
-                "metadata": {"name": w.name, "namespace": NAMESPACE},
+                "metadata": {"name": w.name, "namespace": w.namespace or NAMESPACE},
                 "spec": body,
             }
         )
@@ -275,6 +294,11 @@ class Workload:
             joint_allocate=self.w.joint_allocate,
         )
 
+    def member(self) -> Member:
+        return Member(
+            self.id, self.policy.metadata.namespace, self.w.queue, self.w.requests, self.w.limits
+        )
+
     def initial_desire(self) -> int:
         target = self.policy.spec.metrics[0].target.target_value()
         want = math.ceil(load_at(self.w.trace, 0.0) / target - 1e-9)
@@ -304,6 +328,9 @@ class WorkloadSummary(msgspec.Struct):
     shortfall_seconds: int = 0  # seconds granted < wanted (a shortfall) or with pods pending
     peak_replicas: int = 0
     decisions: int = 0
+    # replica-seconds asked for but not running: refused by a quota at creation, or pending
+    failed_replica_seconds: int = 0
+    pending_replica_seconds: int = 0
 
 
 class RunResult(msgspec.Struct):
@@ -362,11 +389,13 @@ def _schedule(
     nodes: list[NodeState],
     t: float,
     previous: Allocation | None,
+    limits: Constraints | None = None,
 ) -> Allocation:
     """Bind pending pods by priority without preemption; evict what no longer fits. Bound pods
-    stay where they are while they fit (the previous placement is handed back)."""
+    stay where they are while they fit (the previous placement is handed back). Quotas and
+    queues hold as admission and Volcano's scheduler hold them."""
     demands = [wl.demand(pods[wl.id].requested, pods[wl.id].bound) for wl in wls]
-    alloc = allocate(demands, nodes, previous, margin=0.0)
+    alloc = allocate(demands, nodes, previous, margin=0.0, constraints=limits)
     for wl in wls:
         p = pods[wl.id]
         n = alloc.grants[wl.id].replicas
@@ -388,9 +417,16 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
     t0, tick = spec.start, spec.tick_seconds
     for wl in wls:
         core.on_policy(wl.policy.key, wl.policy)
+    members = [wl.member() for wl in wls]
+    quotas, queues = quota_states(spec.quotas, members), queue_states(spec.queues, members)
+    limits = constraints(quotas, queues, [wl.id for wl in wls], {})
     if rebalance:
         for n in nodes.values():
             core.on_node(n)
+        for q in quotas:
+            core.on_quota(q.quota, q)
+        for queue in queues:
+            core.on_queue(queue.queue, queue)
     # Start warm: what each policy asks for at t = 0; with rebalance what the pool grants of it
     # (as if the decider had been running), without it the pods that do not fit are pending.
     wants = [wl.demand(wl.initial_desire(), 0) for wl in wls]
@@ -400,6 +436,7 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
             for d in wants
         ],
         list(nodes.values()),
+        constraints=limits,
     )
     pods: dict[str, _Pods] = {}
     for want in wants:
@@ -492,10 +529,15 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
             p = pods[wl.id]
             if p.requested < p.bound:
                 p.shrink_to(p.requested)
-        placed = _schedule(wls, pods, list(nodes.values()), now, placed)
+        placed = _schedule(wls, pods, list(nodes.values()), now, placed, limits)
         for wl in wls:
             p = pods[wl.id]
             sm = summary[wl.id]
+            unplaced = max(0, p.requested - p.bound) * int(tick)
+            if refused_by_quota(placed.grants[wl.id].limit):
+                sm.failed_replica_seconds += unplaced
+            else:
+                sm.pending_replica_seconds += unplaced
             sm.peak_replicas = max(sm.peak_replicas, p.requested)
             # Short: the pool granted less than wanted, or pods are pending.
             if short_now[wl.id] or p.requested > p.bound:

@@ -143,7 +143,8 @@ def write_html(result: ScenarioResult, png: Path, path: Path) -> None:
     head = (
         "<tr><th>run</th><th>workload</th><th>tier</th><th>violation s</th><th>unserved</th>"
         "<th>GPU-hours</th><th>restarts</th><th>progress</th><th>restart loss</th>"
-        "<th>short s</th><th>peak</th><th>decisions</th></tr>"
+        "<th>short s</th><th>peak</th><th>decisions</th>"
+        "<th>failed-create replica-s</th><th>pending replica-s</th></tr>"
     )
     rows = []
     for name, run in result.runs.items():
@@ -165,6 +166,8 @@ def write_html(result: ScenarioResult, png: Path, path: Path) -> None:
                         s.shortfall_seconds,
                         s.peak_replicas,
                         s.decisions,
+                        s.failed_replica_seconds,
+                        s.pending_replica_seconds,
                     )
                 )
                 + "</tr>"
