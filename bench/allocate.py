@@ -7,6 +7,10 @@ fractional-GPU inference, GPU+RDMA elastic training with SamePCIe / SameNUMA joi
 
 Prints the median of a fresh allocation, of one with the previous allocation kept (hysteresis),
 of one where demand moved past the margin, and where the time goes (cProfile, top functions).
+Then the same pool under namespace ResourceQuotas (one per namespace: requests.cpu, limits.cpu,
+count/pods, requests.nvidia.com/gpu, at about 60 % of what the namespace asks) and Volcano queues
+(two teams under a root queue, each with capability, guarantee and deserved; one not
+reclaimable): its time beside the unconstrained one, measured in the same run (the ratio).
 
     uv run python bench/allocate.py [--profile]
 """
@@ -21,9 +25,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-from governor.events import Device, NodeState
+from governor.events import Device, NodeState, QueueState, QuotaState
 from governor.policy import devices as dev
 from governor.policy.allocate import Demand, allocate
+from governor.policy.quotas import Constraints, constraints
 
 TARGET_SECONDS = 1.0
 
@@ -124,6 +129,54 @@ def make_demands(rng: random.Random, count: int = 1000) -> list[Demand]:
     return out
 
 
+def make_limits(rng: random.Random, demands: list[Demand]) -> Constraints:
+    by_ns: dict[str, list[Demand]] = {}
+    for d in demands:
+        by_ns.setdefault(d.workload.partition("/")[0], []).append(d)
+    quotas = []
+    for ns, ds in sorted(by_ns.items()):
+        cost = {
+            d.workload: {
+                "requests.cpu": d.requests.get("cpu", 0.0),
+                "limits.cpu": 2 * d.requests.get("cpu", 0.0),
+                "count/pods": 1.0,
+                "requests.nvidia.com/gpu": d.requests.get(dev.GPU, 0.0),
+            }
+            for d in ds
+        }
+        asked = {
+            r: sum(d.want * c[r] for d, c in zip(ds, cost.values(), strict=True))
+            for r in ("requests.cpu", "limits.cpu", "count/pods", "requests.nvidia.com/gpu")
+        }
+        quotas.append(
+            QuotaState(
+                quota=f"{ns}/compute",
+                namespace=ns,
+                hard={r: round(a * rng.uniform(0.4, 0.8)) for r, a in asked.items()},
+                unmanaged={"requests.cpu": rng.uniform(0, 4)},
+                covers=cost,
+            )
+        )
+    teams = {"team-a": [], "team-b": []}  # type: dict[str, list[Demand]]
+    for d in demands:
+        teams["team-a" if int(d.workload.split("/w")[-1]) % 2 else "team-b"].append(d)
+    queues = [QueueState(queue="root", capability={"cpu": 40000.0, dev.GPU: 3600.0})]
+    for k, (name, ds) in enumerate(sorted(teams.items())):
+        queues.append(
+            QueueState(
+                queue=name,
+                parent="root",
+                capability={"cpu": 24000.0, dev.GPU: 2000.0 + 400 * k},
+                guarantee={dev.GPU: 800.0, "cpu": 6000.0},
+                deserved={dev.GPU: 1800.0, "cpu": 20000.0},
+                weight=1 + k,
+                reclaimable=k == 0,
+                covers={d.workload: dict(d.requests) for d in ds},
+            )
+        )
+    return constraints(quotas, queues, [d.workload for d in demands], {})
+
+
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     """Median wall and CPU seconds (CPU time is what a loaded shared machine distorts least)."""
     wall, cpu = [], []
@@ -171,6 +224,29 @@ def main() -> None:
             f"{name:>14}: {secs * 1000:7.1f} ms wall, {cpu * 1000:7.1f} ms CPU per evaluation"
             f" ({ratio:.2f}× the 1 s target)"
         )
+    limits = make_limits(rng, demands)
+    bound = allocate(demands, nodes, constraints=limits)
+    by_limit: dict[str, int] = {}
+    for g in bound.grants.values():
+        if g.limit:
+            kind = g.limit.partition(":")[0]
+            by_limit[kind] = by_limit.get(kind, 0) + 1
+    print(
+        f"with {sum(1 for x in limits.limits if x.name.startswith('quota:'))} quotas and "
+        f"{len(limits.queues)} queues: granted {sum(bound.replicas().values())} replicas; "
+        f"workloads bound by {dict(sorted(by_limit.items()))}"
+    )
+    base = timed(lambda: allocate(demands, nodes), args.repeat)
+    limited = timed(lambda: allocate(demands, nodes, constraints=limits), args.repeat)
+    kept_limited = timed(lambda: allocate(demands, nodes, bound, constraints=limits), args.repeat)
+    assert allocate(demands, nodes, bound, constraints=limits).kept_previous
+    print(
+        f"   no limits: {base[0] * 1000:7.1f} ms wall, {base[1] * 1000:7.1f} ms CPU\n"
+        f"  quotas+queues: {limited[0] * 1000:7.1f} ms wall, {limited[1] * 1000:7.1f} ms CPU"
+        f" ({limited[1] / base[1]:.2f}× the CPU time without them, same run)\n"
+        f"  quotas+queues, previous kept: {kept_limited[0] * 1000:7.1f} ms wall,"
+        f" {kept_limited[1] * 1000:7.1f} ms CPU"
+    )
     dev.place.cache_clear()
     prof = cProfile.Profile()
     prof.enable()
