@@ -299,3 +299,25 @@ def test_cluster_show_lists_quotas_and_queues_with_their_use() -> None:
     assert "shop/Deployment/web" in text
     assert "research" in text and "nvidia.com/gpu 16/16" in text and "root" in text
     assert "lab/Job/train" in text
+
+
+def test_a_quota_with_a_bad_quantity_keeps_its_last_value_and_the_others_go_on() -> None:
+    m = ClusterModel()
+    m.on_quota("shop/q", None, quota({"requests.cpu": "10"}))
+    m.on_quota(
+        "shop/other",
+        None,
+        msgspec.structs.replace(
+            quota({"pods": "5"}),
+            metadata=msgspec.convert(
+                {"name": "other", "namespace": "shop"}, ResourceQuota
+            ).metadata,
+        ),
+    )
+    for c in m.compute(1.0):
+        m.acknowledge(c)
+    assert set(m.published["quotas"]) == {"shop/q", "shop/other"}
+    m.on_quota("shop/q", None, quota({"requests.cpu": "ten"}))
+    m.on_quota("shop/other", None, None)
+    changes = m.compute(2.0)
+    assert [(c.table, c.key, c.value) for c in changes] == [("quotas", "shop/other", None)]

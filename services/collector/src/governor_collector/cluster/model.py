@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from prometheus_client import Counter
 
 from governor.events import Event, NodeState, PolicyRecord, QueueState, QuotaState, WorkloadState
@@ -439,24 +440,38 @@ class ClusterModel:
             obj = self.targets.get((ref.api_version, ref.kind), {}).get(
                 f"{p.metadata.namespace}/{ref.name}"
             )
-            queue = job_queue(obj or {})
+            try:
+                queue = job_queue(obj or {})
+            except msgspec.ValidationError as e:
+                self._problem(f"{p.workload}: spec.queue: {e}")
         return Covered(p.workload, p.metadata.namespace, view.template, view.priority_class, queue)
 
     def _limits(self, managed: Any, now: float) -> list[Change]:
         """Every quota and queue, recomputed each flush: there are few, and a pod anywhere may
         change what they hold (published only when the content changed)."""
         covered = list(self.covered.values())
+        # One that cannot be read (a bad quantity) keeps its last published value.
+        keep_quotas: set[str] = set()
         quota_out: dict[str, Event] = {}
         for key, q in sorted(self.quotas.items()):
             pods = [self.pods[k] for k in self.pods_by_ns.get(q.metadata.namespace, ())]
-            quota_out[key] = quota_state(q, covered, pods, managed, now)
+            try:
+                quota_out[key] = quota_state(q, covered, pods, managed, now)
+            except InventoryError as e:
+                self._problem(f"ResourceQuota {key}: {e}")
+                keep_quotas.add(key)
+        keep_queues: set[str] = set()
         queue_out: dict[str, Event] = {}
         if self.queues:
             pods = list(self.pods.values())
             for key, queue in sorted(self.queues.items()):
-                queue_out[key] = queue_state(queue, covered, pods, self.podgroups, managed, now)
-        return self._diff("quotas", quota_out, set(), full=True) + self._diff(
-            "queues", queue_out, set(), full=True
+                try:
+                    queue_out[key] = queue_state(queue, covered, pods, self.podgroups, managed, now)
+                except InventoryError as e:
+                    self._problem(f"Queue {key}: {e}")
+                    keep_queues.add(key)
+        return self._diff("quotas", quota_out, keep_quotas, full=True) + self._diff(
+            "queues", queue_out, keep_queues, full=True
         )
 
     def _diff(
