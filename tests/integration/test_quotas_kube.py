@@ -77,7 +77,12 @@ async def install(kube: Kube) -> None:
                 break
             assert time.monotonic() < deadline, f"CRD {name} not established: {conds}"
             await asyncio.sleep(0.2)
-    for api_version, kind in [(SCHED, "Queue"), (SCHED, "PodGroup"), VOLCANO_JOB]:
+    for api_version, kind in [
+        (SCHED, "Queue"),
+        (SCHED, "PodGroup"),
+        VOLCANO_JOB,
+        ("governor.dev/v1alpha1", "ScalingPolicy"),
+    ]:
         while True:
             try:
                 await kube.resource(api_version, kind)
@@ -425,3 +430,149 @@ async def test_a_job_stops_at_its_queue_capability_while_another_queue_has_room(
     assert why and why[0].detail.startswith(f"queue: {research} capability cpu 4/4 -> 4")
     free = sum(n.allocatable["cpu"] for n in state["cluster"].values()) - 16
     assert free > 0, "the pool still has room: the queue, not the pool, stopped the job"
+
+
+async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respects_them(
+    kube: Kube, ns: str, kafka_bootstrap: str, kubeconfig_path: Any
+) -> None:
+    """The cluster-side collector, on the real API server and a real broker, publishes the
+    quota and the queue on their compacted topics; a decider core fed from those topics caps
+    the scale-up and names the quota in the decision's reasons and in the shortfall."""
+    import asyncio
+    import contextlib
+    import time
+
+    from governor.bus import read_table
+    from governor.decider import DeciderCore
+    from governor.events import LoadWindow
+    from governor.spec import policy_from_obj
+    from governor.topics import ensure_topics
+    from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
+
+    suffix = ns
+    pool = f"pool-{ns}"
+    await add_node(kube, f"node-{ns}", pool)
+    hard = {"requests.cpu": "4", "count/pods": "20"}
+    await kube.create(
+        "v1",
+        "resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "cpu"},
+            "spec": {"hard": hard},
+        },
+        namespace=ns,
+    )
+    queue = f"team-{ns}"
+    await kube.create(
+        SCHED,
+        "queues",
+        {
+            "apiVersion": SCHED,
+            "kind": "Queue",
+            "metadata": {"name": queue},
+            "spec": {"capability": {"cpu": "3"}, "reclaimable": False},
+        },
+    )
+    labels = {"app": "web"}
+    await kube.create(
+        "apps/v1",
+        "deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 4,  # HPA's default scale-up rate allows 8 from here
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {"scheduling.volcano.sh/queue-name": queue},
+                    },
+                    "spec": {"containers": [container("500m")]},
+                },
+            },
+        },
+        namespace=ns,
+    )
+    body = policy(ns, "web", "Deployment", "apps/v1", pool)
+    del body["metadata"]["resourceVersion"], body["metadata"]["generation"]
+    await kube.create("governor.dev/v1alpha1", "scalingpolicies", body, namespace=ns)
+
+    names = {
+        t: f"test.quotas.{t}.{suffix}"
+        for t in ("policies", "workloads", "cluster", "quotas", "queues")
+    }
+    s = ClusterCollectorSettings(
+        bootstrap=kafka_bootstrap,
+        kubeconfig=str(kubeconfig_path),
+        policies_topic=names["policies"],
+        workloads_topic=names["workloads"],
+        cluster_topic=names["cluster"],
+        quotas_topic=names["quotas"],
+        queues_topic=names["queues"],
+        coalesce_ms=100,
+    )
+    collector = ClusterCollector(s)
+    await ensure_topics(kafka_bootstrap, list(collector.topics.values()))
+    task = asyncio.create_task(collector.run())
+    web = f"{ns}/Deployment/web"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            quotas = await read_table(kafka_bootstrap, collector.topics["quotas"])
+            queues = await read_table(kafka_bootstrap, collector.topics["queues"])
+            workloads = await read_table(kafka_bootstrap, collector.topics["workloads"])
+            q, qu = quotas.get(f"{ns}/cpu"), queues.get(queue)
+            if (
+                q is not None
+                and qu is not None
+                and web in q.covers
+                and web in qu.covers
+                and web in workloads
+            ):
+                break
+            assert time.monotonic() < deadline, (
+                f"not published: {quotas} {queues} {workloads.keys()}"
+            )
+            await asyncio.sleep(0.3)
+        nodes = await read_table(kafka_bootstrap, collector.topics["cluster"])
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert isinstance(q, QuotaState) and isinstance(qu, QueueState)
+    assert q.hard == {"requests.cpu": 4.0, "count/pods": 20.0}
+    assert q.covers[web] == {"requests.cpu": 0.5, "count/pods": 1.0}
+    assert qu.capability == {"cpu": 3.0} and not qu.reclaimable
+    assert qu.covers[web]["cpu"] == 0.5
+
+    core = DeciderCore()
+    p = policy_from_obj(body)
+    core.on_policy(p.key, p)
+    core.on_workload(workloads[web])
+    for n in nodes.values():
+        if n.pool == pool:
+            core.on_node(n)
+    for key, value in quotas.items():
+        core.on_quota(key, value)
+    for key, value in queues.items():
+        core.on_queue(key, value)
+    now = time.time()
+    core.on_window(
+        LoadWindow(
+            workload=web, metric="rps", window="stable", start=now - 60, end=now, count=60,
+            mean=2000.0, max=2000.0, p95=2000.0, newest_sample=now - 0.5,
+        )
+    )  # fmt: skip
+    core.decide(web, now)
+    out = core.decide_pool(pool, now)
+    assert [d.to_replicas for d in out.decisions] == [6], out.note  # queue: 3 cpu / 0.5
+    why = [r for r in out.decisions[0].reasons if r.limit]
+    assert why and why[0].limit == f"queue:{queue}"
+    assert why[0].detail.startswith(f"queue: {queue} capability cpu 3/3 -> 6")
+    assert [(sf.granted, sf.wanted, sf.limit) for sf in out.shortfalls] == [
+        (6, 8, f"queue:{queue}")  # wanted: 8 after the rate limit
+    ]
