@@ -27,6 +27,8 @@ bounds-only path, decided on the event itself. Elastic training jobs are restart
 paths (`policy.elastic`). The pool's previous Allocation is kept in memory and checkpointed
 (workload "pool:<name>") before the decisions it allows; the shortfalls published are
 remembered in memory only (after a restart the current ones are published once more).
+The quotas and queues tables (`on_quota`, `on_queue`) constrain every pool's allocation
+(`policy.quotas.constraints`: a quota's workloads in other pools count at their spec replicas).
 Stage 2 assumes this instance sees every workload of the pool it decides (one decider per set of
 pools); a workload of the pool never recommended yet is not in the allocation.
 """

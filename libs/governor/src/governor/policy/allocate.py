@@ -40,6 +40,15 @@ not meet before may stay unmet), (d) the previous grants still fit the nodes (th
 placement as it was, else a first-fit-decreasing packing), and (e) no resource's pool capacity
 grew since (only known from a previous `Allocation`: new room is handed out at once).
 
+Quotas and queues (`constraints`, built by `policy.quotas.constraints`). A replica must also fit
+every namespace ResourceQuota and Volcano queue capability that covers its workload (hard, like
+a node: a full one stops the workload), and may not take what another queue's guarantee keeps
+for that queue's own demand. Replicas a non-reclaimable queue held in the previous allocation
+count as floors; above the floors, inside a class, queues below their deserved share fill first.
+The whole order, as one table: docs/scalingpolicy.md. With no constraints, nothing changes.
+A grant a quota or queue stopped has rule `capacity`, `limit` naming it, and a detail such as
+`quota: shop/compute-quota requests.cpu 38/40 -> 6`.
+
 Each grant names the rule that bound it: `unchanged` (got what it wanted), `hysteresis` (the
 previous grant was kept), `device_fit` (no node can place the devices of one more replica), else
 the first that holds of `priority` (a higher class holds replicas of the phase the workload was
@@ -245,10 +254,12 @@ def _fill(
     With a ledger, a replica must also pass the quotas and queues: a full limit stops the
     workload for good; another queue's guarantee defers it (returned, to try again once that
     queue holds its share); with `deserved`, a queue at its deserved share waits this pass."""
-    goal = {
-        id(w): (max(w.floor, (floors or {}).get(w.d.workload, 0)) if target == "floor" else w.want)
-        for w in ws
-    }
+    if target != "floor":
+        goal = {id(w): w.want for w in ws}
+    elif floors:
+        goal = {id(w): max(w.floor, floors.get(w.d.workload, 0)) for w in ws}
+    else:
+        goal = {id(w): w.floor for w in ws}
     heap = [(w.n * w.unit, w.d.workload, k) for k, w in enumerate(ws) if w.n < goal[id(w)]]
     heapq.heapify(heap)
     deferred: list[_Work] = []

@@ -202,7 +202,13 @@ class Ledger:
         if len(self.shares) > 1 and not any(deserved):
             # Volcano's proportion plugin: without deserved, the weights divide the pool.
             weights = sum(s.weight for s in self.shares)
-            names = {r for s in self.shares for w in s.members for r in requests.get(w, {})}
+            names = {
+                r
+                for s in self.shares
+                for w in s.members
+                for r in requests.get(w, {})
+                if capacity.get(r, 0.0) > 0
+            }
             deserved = [
                 {r: capacity.get(r, 0.0) * s.weight / weights for r in sorted(names)}
                 for s in self.shares

@@ -5,10 +5,11 @@ last asked for) and the pool's nodes into a replica target per workload, with re
 capacity shortfalls:
 
 1. each recommendation within its policy's bounds (`stages.bound`) becomes a `Demand`;
-2. `allocate` over the pool's nodes, with the previous allocation handed back (hysteresis, stable
-   placement). Failed nodes, GPUs and NICs are simply absent from the inventory (not ready, not
-   schedulable, unhealthy devices), so replicas that counted on them are re-placed or lost, and
-   the lost ones come from the lowest tier first (a higher tier takes from lower tiers);
+2. `allocate` over the pool's nodes, under the namespace quotas and Volcano queues its
+   workloads fall under (`constraints`), with the previous allocation handed back (hysteresis,
+   stable placement). Failed nodes, GPUs and NICs are simply absent from the inventory (not
+   ready, not schedulable, unhealthy devices), so replicas that counted on them are re-placed or
+   lost, and the lost ones come from the lowest tier first (a higher tier takes from lower tiers);
 3. elastic training jobs: each grant that differs from what the job runs goes through
    `elastic.judge`. A held resize pins that job's demand at its current replicas (floor
    included) and the allocation runs again, so the room it does not take goes to others this
