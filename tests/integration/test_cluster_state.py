@@ -25,7 +25,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -35,6 +34,7 @@ from governor.kube import Kube, KubeError, connect
 from governor.topics import ensure_topics
 from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
 from governor_collector.cluster.model import INVALID_POLICIES
+from tests.support.crds import install_crds as install_crd_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -87,35 +87,16 @@ async def _create(
 
 
 async def install_crds(kube: Kube) -> None:
-    names = []
-    for path in CRD_FILES:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                await _create(kube, "apiextensions.k8s.io/v1", "customresourcedefinitions", doc)
-                names.append(doc["metadata"]["name"])
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            crd = await kube.get("apiextensions.k8s.io/v1", "customresourcedefinitions", name)
-            conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
-            if conds.get("Established") == "True":
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established: {conds}"
-            await asyncio.sleep(0.2)
-    # served by discovery (the collector finds target kinds that way)
-    for api_version, kind in [
-        ("governor.dev/v1alpha1", "ScalingPolicy"),
-        ("scheduling.koordinator.sh/v1alpha1", "Device"),
-        ("batch.volcano.sh/v1alpha1", "Job"),
-        ("kubeflow.org/v1", "PyTorchJob"),
-    ]:
-        while True:
-            try:
-                await Kube(kube.api).resource(api_version, kind)
-                break
-            except KubeError:
-                assert time.monotonic() < deadline, f"{kind} not in discovery"
-                await asyncio.sleep(0.2)
+    await install_crd_files(
+        kube,
+        CRD_FILES,
+        [
+            ("governor.dev/v1alpha1", "ScalingPolicy"),
+            ("scheduling.koordinator.sh/v1alpha1", "Device"),
+            ("batch.volcano.sh/v1alpha1", "Job"),
+            ("kubeflow.org/v1", "PyTorchJob"),
+        ],
+    )
 
 
 def requests(cpu: str, memory: str, **extra: str) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 
 from governor.events import NodeState, QueueState, QuotaState, Recommendation, WorkloadState
 from governor.inventory import Node, Pod
@@ -25,6 +24,7 @@ from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, PoolPlan, plan
 from governor.quotas import PodGroup, Queue, ResourceQuota
 from governor_collector.cluster.model import ClusterModel
+from tests.support.crds import install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -50,46 +50,17 @@ async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
 
 
 async def install(kube: Kube) -> None:
-    """The Volcano Job, Queue and PodGroup CRDs (test fixtures), established and served."""
-    import asyncio
-    import time
-
-    names = []
-    for path in CRDS:
-        for doc in yaml.safe_load_all(path.read_text()):
-            body = {
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                **doc,
-            }
-            try:
-                await kube.create("apiextensions.k8s.io/v1", "customresourcedefinitions", body)
-            except KubeError as e:
-                if e.status != 409:
-                    raise
-            names.append(doc["metadata"]["name"])
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            crd = await kube.get("apiextensions.k8s.io/v1", "customresourcedefinitions", name)
-            conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
-            if conds.get("Established") == "True":
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established: {conds}"
-            await asyncio.sleep(0.2)
-    for api_version, kind in [
-        (SCHED, "Queue"),
-        (SCHED, "PodGroup"),
-        VOLCANO_JOB,
-        ("governor.dev/v1alpha1", "ScalingPolicy"),
-    ]:
-        while True:
-            try:
-                await kube.resource(api_version, kind)
-                break
-            except KubeError:
-                assert time.monotonic() < deadline, f"{kind} not in discovery"
-                await asyncio.sleep(0.2)
+    """The ScalingPolicy CRD and the Volcano Job, Queue and PodGroup CRDs (test fixtures)."""
+    await install_crds(
+        kube,
+        CRDS,
+        [
+            (SCHED, "Queue"),
+            (SCHED, "PodGroup"),
+            VOLCANO_JOB,
+            ("governor.dev/v1alpha1", "ScalingPolicy"),
+        ],
+    )
 
 
 @pytest.fixture
@@ -169,6 +140,32 @@ async def add_node(kube: Kube, name: str, pool: str, cpu: str = "64") -> None:
         },
         subresource="status",
     )
+
+
+async def add_deployment(
+    kube: Kube,
+    ns: str,
+    replicas: int,
+    web: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Deployment `web` (no controller here: no ReplicaSets, no pods); its pods' labels."""
+    labels = {"app": "web"}
+    meta: dict[str, Any] = {"labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": meta, "spec": {"containers": [web]}},
+        },
+    }
+    await kube.create("apps/v1", "deployments", body, namespace=ns)
+    return labels
 
 
 class Cluster:
@@ -288,25 +285,7 @@ async def test_a_quota_caps_the_scale_up_at_what_admission_admits(kube: Kube, ns
         subresource="status",
     )
     await kube.create("v1", "pods", pod("batch", {"app": "batch"}, "1"), namespace=ns)
-    labels = {"app": "web"}
-    await kube.create(
-        "apps/v1",
-        "deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [container("1", "2")]},
-                },
-            },
-        },
-        namespace=ns,
-    )
+    labels = await add_deployment(kube, ns, 2, container("1", "2"))
     c = Cluster(kube, ns, pool)
     c.policies[f"{ns}/web"] = policy(ns, "web", "Deployment", "apps/v1", pool)
     state = await c.read([("apps/v1", "deployments", "Deployment")])
@@ -386,28 +365,7 @@ async def test_a_job_stops_at_its_queue_capability_while_another_queue_has_room(
         },
         namespace=ns,
     )
-    labels = {"app": "web"}
-    await kube.create(
-        "apps/v1",
-        "deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {
-                        "labels": labels,
-                        "annotations": {"scheduling.k8s.io/group-name": "web-pg"},
-                    },
-                    "spec": {"containers": [container("1")]},
-                },
-            },
-        },
-        namespace=ns,
-    )
+    await add_deployment(kube, ns, 2, container("1"), {"scheduling.k8s.io/group-name": "web-pg"})
     c = Cluster(kube, ns, pool)
     c.policies[f"{ns}/train"] = policy(
         ns, "train", "Job", "batch.volcano.sh/v1alpha1", pool, ref={"task": "worker"}
@@ -475,27 +433,9 @@ async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respect
             "spec": {"capability": {"cpu": "3"}, "reclaimable": False},
         },
     )
-    labels = {"app": "web"}
-    await kube.create(
-        "apps/v1",
-        "deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 4,  # HPA's default scale-up rate allows 8 from here
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {
-                        "labels": labels,
-                        "annotations": {"scheduling.volcano.sh/queue-name": queue},
-                    },
-                    "spec": {"containers": [container("500m")]},
-                },
-            },
-        },
-        namespace=ns,
+    # HPA's default scale-up rate allows 8 from 4 replicas
+    await add_deployment(
+        kube, ns, 4, container("500m"), {"scheduling.volcano.sh/queue-name": queue}
     )
     body = policy(ns, "web", "Deployment", "apps/v1", pool)
     del body["metadata"]["resourceVersion"], body["metadata"]["generation"]
