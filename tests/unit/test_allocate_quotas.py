@@ -364,3 +364,17 @@ def test_a_queue_keeps_its_guarantee_whatever_another_queue_asks(data: st.DataOb
     biggest = max(d.requests["cpu"] for d in a_side)
     want = min(_held(alone, a_side, members), guarantee)
     assert _held(both, ds, members) > want - biggest + 1e-9 or want == 0
+
+
+def test_a_lifted_or_grown_quota_ends_hysteresis() -> None:
+    ds = [demand(WEB, 8)]
+    tight = quota("shop/q", {"requests.cpu": 5}, {WEB: {"requests.cpu": 1}})
+    before = allocate(ds, [node("n1", 100)], constraints=cons(ds, [tight]))
+    assert before.replicas() == {WEB: 5} and before.limits == {"quota:shop/q": {"requests.cpu": 5}}
+    kept = allocate(ds, [node("n1", 100)], before, margin=0.5, constraints=cons(ds, [tight]))
+    assert kept.kept_previous
+    grown = quota("shop/q", {"requests.cpu": 7}, {WEB: {"requests.cpu": 1}})
+    after = allocate(ds, [node("n1", 100)], before, margin=0.5, constraints=cons(ds, [grown]))
+    assert not after.kept_previous and after.replicas() == {WEB: 7}
+    lifted = allocate(ds, [node("n1", 100)], before, margin=0.5)
+    assert not lifted.kept_previous and lifted.replicas() == {WEB: 8}

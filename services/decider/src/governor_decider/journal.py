@@ -10,7 +10,14 @@ from typing import IO
 import msgspec
 
 from governor.decider import DeciderCore, Outputs
-from governor.events import DeciderCheckpoint, LoadWindow, NodeState, WorkloadState
+from governor.events import (
+    DeciderCheckpoint,
+    LoadWindow,
+    NodeState,
+    QueueState,
+    QuotaState,
+    WorkloadState,
+)
 from governor.spec import ScalingPolicy
 
 
@@ -49,6 +56,16 @@ class DecidePoolIn(msgspec.Struct, tag="decide_pool"):
     now: float
 
 
+class QuotaIn(msgspec.Struct, tag="quota"):
+    key: str
+    quota: QuotaState | None  # None: its tombstone
+
+
+class QueueIn(msgspec.Struct, tag="queue"):
+    key: str
+    queue: QueueState | None  # None: its tombstone
+
+
 class RestartIn(msgspec.Struct, tag="restart"):
     """The process (re)started: its memory was empty before the checkpoints that follow."""
 
@@ -63,6 +80,8 @@ Entry = (
     | NodeIn
     | NodeDeletedIn
     | DecidePoolIn
+    | QuotaIn
+    | QueueIn
 )
 
 
@@ -92,6 +111,12 @@ class Journal:
 
     def node_deleted(self, name: str) -> None:
         self._write(NodeDeletedIn(name))
+
+    def quota(self, key: str, quota: QuotaState | None) -> None:
+        self._write(QuotaIn(key, quota))
+
+    def queue(self, key: str, queue: QueueState | None) -> None:
+        self._write(QueueIn(key, queue))
 
     def decide_pool(self, pool: str, now: float) -> None:
         self._write(DecidePoolIn(pool, now))
@@ -134,6 +159,10 @@ def replay(
             core.on_node(e.node)
         elif isinstance(e, NodeDeletedIn):
             core.on_node_deleted(e.name)
+        elif isinstance(e, QuotaIn):
+            core.on_quota(e.key, e.quota)
+        elif isinstance(e, QueueIn):
+            core.on_queue(e.key, e.queue)
         elif isinstance(e, DecidePoolIn):
             yield e, core.decide_pool(e.pool, e.now)
         else:

@@ -212,9 +212,9 @@ class Decider:
         for node in (await read_table(self.s.kafka.bootstrap, events.CLUSTER)).values():
             self._node(node)
         for key, quota in (await read_table(self.s.kafka.bootstrap, events.QUOTAS)).items():
-            self.core.on_quota(key, quota)
+            self._quota(key, quota)
         for key, queue in (await read_table(self.s.kafka.bootstrap, events.QUEUES)).items():
-            self.core.on_queue(key, queue)
+            self._queue(key, queue)
         self.tables_loaded = True
         log.info(
             "restored",
@@ -296,6 +296,16 @@ class Decider:
         if self.journal:
             self.journal.node(node)
 
+    def _quota(self, key: str, quota: events.QuotaState | None) -> None:
+        self.core.on_quota(key, quota)
+        if self.journal:
+            self.journal.quota(key, quota)
+
+    def _queue(self, key: str, queue: events.QueueState | None) -> None:
+        self.core.on_queue(key, queue)
+        if self.journal:
+            self.journal.queue(key, queue)
+
     def _node_deleted(self, name: str) -> None:
         self.core.on_node_deleted(name)
         if self.journal:
@@ -313,9 +323,9 @@ class Decider:
                 elif msg.key is not None:
                     self._node_deleted(msg.key)
             elif msg.topic == events.QUOTAS.name and msg.key is not None:
-                self.core.on_quota(msg.key, msg.value)
+                self._quota(msg.key, msg.value)
             elif msg.topic == events.QUEUES.name and msg.key is not None:
-                self.core.on_queue(msg.key, msg.value)
+                self._queue(msg.key, msg.value)
 
     async def on_load(self, batch: list[Message[Any]]) -> None:
         touched: dict[str, None] = {}

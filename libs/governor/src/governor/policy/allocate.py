@@ -37,8 +37,9 @@ workloads are present, (b) each want is within `margin` (default 10 %) of the pr
 of the previous grant when only a replicas map is given —, (c) each previous grant is at most
 max_replicas and at least the new floor, unless that floor did not rise (a floor the pool could
 not meet before may stay unmet), (d) the previous grants still fit the nodes (the previous
-placement as it was, else a first-fit-decreasing packing), and (e) no resource's pool capacity
-grew since (only known from a previous `Allocation`: new room is handed out at once).
+placement as it was, else a first-fit-decreasing packing) and every quota and queue capability,
+and (e) no resource's pool capacity grew since, and no quota or queue was lifted or grew (only
+known from a previous `Allocation`: new room is handed out at once).
 
 Quotas and queues (`constraints`, built by `policy.quotas.constraints`). A replica must also fit
 every namespace ResourceQuota and Volcano queue capability that covers its workload (hard, like
@@ -136,6 +137,8 @@ class Allocation(msgspec.Struct, frozen=True, kw_only=True):
     devices: dict[str, list[DevicePick]]  # node -> replicas' devices, in placement order
     capacity: dict[str, float]  # the pool totals shares were measured against
     kept_previous: bool = False
+    # The room each quota / queue capability left this pool: limit name -> resource -> amount.
+    limits: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
 
     def replicas(self) -> dict[str, int]:
         return {w: g.replicas for w, g in self.grants.items()}
@@ -414,7 +417,7 @@ def _allocate_limited(
         _fill_limited(pool, members[c], "want", "above", ledger, floors)
     census = _Census(ws, pool)
     grants = {w.d.workload: _limited_grant(w, census, resources, ledger) for w in ws}
-    return _result(grants, pool, kept=False)
+    return _result(grants, pool, kept=False, ledger=ledger)
 
 
 def _limited_grant(w: _Work, census: _Census, resources: list[str], ledger: Ledger) -> Grant:
@@ -441,13 +444,16 @@ def _limited_grant(w: _Work, census: _Census, resources: list[str], ledger: Ledg
     )
 
 
-def _result(grants: dict[str, Grant], pool: _Pool, *, kept: bool) -> Allocation:
+def _result(
+    grants: dict[str, Grant], pool: _Pool, *, kept: bool, ledger: Ledger | None = None
+) -> Allocation:
     return Allocation(
         grants=grants,
         placement={pool.names[i]: p for i, p in enumerate(pool.placed) if p},
         devices={pool.names[i]: p for i, p in enumerate(pool.picks) if p},
         capacity=dict(pool.capacity),
         kept_previous=kept,
+        limits=ledger.room() if ledger is not None else {},
     )
 
 
@@ -579,6 +585,8 @@ def _keep(
         return None
     if ledger is not None and not ledger.fits(grants):
         return None
+    if isinstance(previous, Allocation) and _limits_loosened(previous.limits, ledger):
+        return None
     if isinstance(previous, Allocation):
         for r, c in pool.capacity.items():
             if c > previous.capacity.get(r, 0.0) + _TOL * max(1.0, c):
@@ -600,7 +608,20 @@ def _keep(
             missing=dict(before.missing) if before is not None and g < w.want else {},
             limit=before.limit if before is not None and g < w.want else "",
         )
-    return _result(out, pool, kept=True)
+    return _result(out, pool, kept=True, ledger=ledger)
+
+
+def _limits_loosened(before: Mapping[str, Mapping[str, float]], ledger: Ledger | None) -> bool:
+    """A quota or queue capability was lifted or gives more room than before: like new nodes,
+    new room is handed out at once."""
+    now = ledger.room() if ledger is not None else {}
+    for name, room in before.items():
+        if name not in now:
+            return True
+        for r, v in room.items():
+            if now[name].get(r, float("inf")) > v + _TOL * max(1.0, abs(v)):
+                return True
+    return False
 
 
 def _pack(

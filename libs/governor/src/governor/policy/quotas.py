@@ -288,6 +288,13 @@ class Ledger:
                     return False
         return True
 
+    def room(self) -> dict[str, dict[str, float]]:
+        """What each limit leaves the pool's workloads (its total minus what is held outside)."""
+        return {
+            lim.name: dict(zip(self._res[i], self._left0[i], strict=True))
+            for i, lim in enumerate(self.limits)
+        }
+
     def protected(self, previous: Mapping[str, int], wants: Mapping[str, int]) -> dict[str, int]:
         """Replicas a non-reclaimable queue's workloads already hold: kept like floors."""
         out: dict[str, int] = {}
