@@ -13,6 +13,10 @@
   divide the pool, as Volcano's proportion plugin does) and `reclaimable`.
 
 With no quota and no queue the result is empty and allocation runs exactly as without it.
+
+Not modelled: a guarantee or deserved share set on a parent queue (they are read on the queue
+that holds the workloads; a parent's capability does cover its children), and a Closed queue's
+refusal of new jobs (its state is published and shown, not enforced here).
 """
 
 from __future__ import annotations
