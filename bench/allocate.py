@@ -232,8 +232,10 @@ def main() -> None:
             kind = g.limit.partition(":")[0]
             by_limit[kind] = by_limit.get(kind, 0) + 1
     print(
-        f"with {sum(1 for x in limits.limits if x.name.startswith('quota:'))} quotas and "
-        f"{len(limits.queues)} queues: granted {sum(bound.replicas().values())} replicas; "
+        f"with {sum(1 for x in limits.limits if x.name.startswith('quota:'))} quotas, "
+        f"{sum(1 for x in limits.limits if x.name.startswith('queue:'))} queue capabilities "
+        f"(a root and {len(limits.queues)} team queues): "
+        f"granted {sum(bound.replicas().values())} replicas; "
         f"workloads bound by {dict(sorted(by_limit.items()))}"
     )
     base = timed(lambda: allocate(demands, nodes), args.repeat)
