@@ -321,3 +321,47 @@ def test_a_quota_with_a_bad_quantity_keeps_its_last_value_and_the_others_go_on()
     m.on_quota("shop/other", None, None)
     changes = m.compute(2.0)
     assert [(c.table, c.key, c.value) for c in changes] == [("quotas", "shop/other", None)]
+
+
+def test_a_priority_class_scope_sees_the_global_default_class() -> None:
+    from governor.inventory import PriorityClass
+
+    m = ClusterModel()
+    gvk = ("apps/v1", "Deployment")
+    m.on_policy("shop/web", None, _policy("shop", "web"))
+    m.set_target_status(gvk, "synced")
+    m.on_target(
+        gvk,
+        "shop/web",
+        None,
+        {
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 1, "template": {"spec": spec(cpu="1")}},
+        },
+    )
+    scoped = {
+        "scopeSelector": {
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["standard"]}
+            ]
+        }
+    }
+    m.on_quota("shop/q", None, quota({"requests.cpu": "10"}, **scoped))
+
+    def covers() -> dict[str, Any]:
+        out = {c.key: c.value for c in m.compute(1.0) if c.table == "quotas"}
+        for c in m.compute(1.0):
+            m.acknowledge(c)
+        q = out.get("shop/q") or m.published["quotas"]["shop/q"]
+        assert isinstance(q, QuotaState)
+        return q.covers
+
+    assert covers() == {}
+    m.on_priority_class(
+        "standard",
+        None,
+        msgspec.convert(
+            {"metadata": {"name": "standard"}, "value": 100, "globalDefault": True}, PriorityClass
+        ),
+    )
+    assert covers() == {"shop/Deployment/web": {"requests.cpu": 1.0}}

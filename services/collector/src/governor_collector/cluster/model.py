@@ -444,7 +444,18 @@ class ClusterModel:
                 queue = job_queue(obj or {})
             except msgspec.ValidationError as e:
                 self._problem(f"{p.workload}: spec.queue: {e}")
-        return Covered(p.workload, p.metadata.namespace, view.template, view.priority_class, queue)
+        # Pods without a class get the globalDefault one at admission (so PriorityClass scopes
+        # see it).
+        default = next(
+            (c.metadata.name for _, c in sorted(self.classes.items()) if c.global_default), ""
+        )
+        return Covered(
+            p.workload,
+            p.metadata.namespace,
+            view.template,
+            view.priority_class or default,
+            queue,
+        )
 
     def _limits(self, managed: Any, now: float) -> list[Change]:
         """Every quota and queue, recomputed each flush: there are few, and a pod anywhere may
