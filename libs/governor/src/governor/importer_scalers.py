@@ -276,7 +276,7 @@ def kubernetes_workload(t: Trigger) -> Converted:
     selector = t.require("podSelector")
     return Converted(
         {
-            "name": _name(t, [re.sub(r"\s+", "", selector)]),
+            "name": _name(t, [re.sub(r"\s*,\s*", ",", selector.strip())]),
             "source": _interval(t, {"type": "kubernetes_workload", "podSelector": selector}),
             "target": t.target(t.num("value")),
         },
