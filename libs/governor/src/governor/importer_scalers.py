@@ -14,11 +14,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from governor.importer_fields import NO_SOURCE
 from governor.importer_hpa import metric_name
 from governor.importer_result import ConversionError, number
+from governor.spec import rabbitmq_management_url
 
 
 @dataclass
@@ -285,21 +285,10 @@ def kubernetes_workload(t: Trigger) -> Converted:
 
 
 def management_url(host: str) -> str:
-    """RabbitMQ's management API for a KEDA host: an amqp(s):// URL becomes http(s):// on the
-    management port (15672, 15671 with TLS) with the same credentials and vhost path."""
-    parts = urlsplit(host)
-    if parts.scheme in ("http", "https"):
-        return host
-    if parts.scheme not in ("amqp", "amqps"):
-        raise ConversionError(f"rabbitmq host {host!r}: expected amqp://, amqps:// or http(s)://")
-    secure = parts.scheme == "amqps"
-    netloc = parts.netloc.rsplit("@", 1)
-    hostport = netloc[-1].rsplit(":", 1)[0] if ":" in netloc[-1] else netloc[-1]
-    userinfo = netloc[0] + "@" if len(netloc) == 2 else ""
-    port = 15671 if secure else 15672
-    return urlunsplit(
-        ("https" if secure else "http", f"{userinfo}{hostport}:{port}", parts.path, "", "")
-    )
+    try:
+        return rabbitmq_management_url(host)
+    except ValueError as err:
+        raise ConversionError(str(err)) from None
 
 
 def rabbitmq(t: Trigger) -> Converted:

@@ -168,6 +168,24 @@ class RabbitMQSource(_Spec, tag="rabbitmq", tag_field="type"):
         _one_of(self, "host", "hostFromEnv", self.host, self.host_from_env)
 
 
+def rabbitmq_management_url(host: str) -> str:
+    """RabbitMQ's management API for a KEDA `host`: an amqp(s):// URL becomes http(s):// on the
+    management port (15672, 15671 with TLS) with the same credentials and vhost path; http(s)
+    URLs are kept. ValueError for anything else."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(host)
+    if parts.scheme in ("http", "https"):
+        return host
+    if parts.scheme not in ("amqp", "amqps"):
+        raise ValueError(f"rabbitmq host {host!r}: expected amqp://, amqps://, http:// or https://")
+    secure = parts.scheme == "amqps"
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    hostname = hostport.rsplit(":", 1)[0] if ":" in hostport else hostport
+    netloc = f"{userinfo + '@' if userinfo else ''}{hostname}:{15671 if secure else 15672}"
+    return urlunsplit(("https" if secure else "http", netloc, parts.path, "", ""))
+
+
 class RedisSource(_Spec, tag="redis", tag_field="type"):
     """KEDA `redis`: the length of a list (`listName`) or the number in a key (`keyName`)."""
 
