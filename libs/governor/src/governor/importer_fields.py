@@ -185,9 +185,10 @@ KEDA_FIELDS: tuple[Field, ...] = (
     Field("spec.cooldownPeriod", f"{_ZERO}.cooldownSeconds (default 300)"),
     Field(
         "spec.initialCooldownPeriod",
-        "",
-        "governor starts the cooldown at its first evaluation of a policy, so a new policy waits "
-        "cooldownSeconds before it scales to zero; a separate initial period has no field",
+        f"{_ZERO}.initialCooldownSeconds",
+        "counted from governor's first evaluation of the policy (KEDA: from its creation), and "
+        "never shorter than cooldownSeconds: governor does not scale a new policy to zero before "
+        "a cooldown has passed",
     ),
     Field(
         "spec.idleReplicaCount",

@@ -183,6 +183,11 @@ def from_scaled_object(
             "activationThreshold": threshold,
             "cooldownSeconds": float(_int(spec, "cooldownPeriod", 300) or 0),
         }
+        initial = _int(spec, "initialCooldownPeriod", None)
+        if initial is not None:
+            pol["scaleToZero"]["initialCooldownSeconds"] = float(initial)
+            if initial >= pol["scaleToZero"]["cooldownSeconds"]:
+                quiet.append("spec.initialCooldownPeriod")
     fallback = spec.get("fallback")
     if fallback:
         replicas = int(fallback.get("replicas", 0))

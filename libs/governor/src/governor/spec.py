@@ -358,6 +358,9 @@ class ScaleToZeroSpec(_Spec):
 
     activation_threshold: float = 0.0
     cooldown_seconds: float = 300.0
+    # KEDA's initialCooldownPeriod: a new policy (no activity seen yet) waits the longer of this
+    # and cooldownSeconds before it scales to zero.
+    initial_cooldown_seconds: float | None = None
 
 
 class FallbackSpec(_Spec):
@@ -480,6 +483,8 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
         z = spec.scale_to_zero
         if z.cooldown_seconds < 0 or z.activation_threshold < 0:
             raise PolicyError("scaleToZero", "cooldownSeconds and activationThreshold >= 0")
+        if z.initial_cooldown_seconds is not None and z.initial_cooldown_seconds < 0:
+            raise PolicyError("scaleToZero.initialCooldownSeconds", "must be >= 0")
     if spec.elastic is not None:
         e = spec.elastic
         if not spec.min_replicas <= e.floor <= spec.max_replicas:
