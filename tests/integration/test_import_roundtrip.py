@@ -88,5 +88,5 @@ async def test_the_dry_run_does_judge_the_new_source_types(
             ],
         },
     }
-    with pytest.raises(KubeError, match="listName and keyName|queueName"):
+    with pytest.raises(KubeError, match=r"listName and keyName|queueName"):
         await kube.apply(bad, field_manager=FIELD_MANAGER, dry_run=True)
