@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from governor.cli import app
-from governor.importer import ConversionError, convert
+from governor.importer import ConversionError, convert, convert_documents
 from governor.spec import KafkaLagSource, PrometheusSource, ResourceSource, policies_from_yaml
 
 DATA = Path(__file__).parent / "data" / "hpa-and-keda.yaml"
@@ -447,3 +447,40 @@ def test_exit_1_only_when_nothing_converted_and_strict_makes_notes_errors(tmp_pa
     noted.write_text(yaml.safe_dump(hpa([container_cpu("app", 50)])))
     assert CliRunner().invoke(app, ["import", str(noted)]).exit_code == 0
     assert CliRunner().invoke(app, ["import", "--strict", str(noted)]).exit_code == 1
+
+
+def test_kubectl_get_lists_are_converted_item_by_item() -> None:
+    cpu = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
+    }
+    a = hpa([cpu])
+    b = {**hpa([cpu]), "metadata": {"name": "api", "namespace": "shop", "uid": "x-1"}}
+    listed = {"apiVersion": "v1", "kind": "List", "items": [a, b], "metadata": {}}
+    typed = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscalerList",
+        "items": [{k: v for k, v in a.items() if k not in ("apiVersion", "kind")}],
+    }
+    got = convert_documents([listed, typed])
+    assert [(o.kind, o.name, o.status) for o in got] == [
+        ("HorizontalPodAutoscaler", "web", "converted"),
+        ("HorizontalPodAutoscaler", "api", "converted"),
+        ("HorizontalPodAutoscaler", "web", "converted"),
+    ]
+    assert got[1].conversion is not None
+    assert any(n.startswith("metadata.uid: ") for n in got[1].conversion.notes)
+
+
+@pytest.mark.parametrize(
+    ("kind", "api", "why"),
+    [
+        ("ScaledJob", "keda.sh/v1alpha1", "a Job per batch"),
+        ("VerticalPodAutoscaler", "autoscaling.k8s.io/v1", "vertical"),
+    ],
+)
+def test_autoscalers_without_a_counterpart_are_refused_not_skipped(
+    kind: str, api: str, why: str
+) -> None:
+    (o,) = convert_documents([{"apiVersion": api, "kind": kind, "metadata": {"name": "x"}}])
+    assert o.status == "refused" and why in o.reason

@@ -35,6 +35,17 @@ __all__ = [
 ]
 
 AUTH_KINDS = ("TriggerAuthentication", "ClusterTriggerAuthentication")
+# Autoscalers governor has no counterpart for: refused with why, not skipped as "not one".
+NOT_CONVERTED = {
+    "ScaledJob": (
+        "a KEDA ScaledJob starts a Job per batch of events; governor scales long-running "
+        "workloads (Deployment, StatefulSet, scalable CRDs, Volcano Job): no equivalent"
+    ),
+    "VerticalPodAutoscaler": (
+        "vertical resizing (requests/limits) is out of governor's scope: keep the VPA, on "
+        "another target than the one governor scales"
+    ),
+}
 
 
 def convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None) -> Conversion:
@@ -46,6 +57,8 @@ def convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None) -> 
         if api != "keda.sh/v1alpha1":
             raise ConversionError(f'no matches for kind "ScaledObject" in version "{api}"')
         return from_scaled_object(obj, auths)
+    if kind in NOT_CONVERTED:
+        raise ConversionError(NOT_CONVERTED[str(kind)])
     raise ConversionError(
         f"{kind or 'an object without kind'} ({api}): expected an autoscaling/* "
         "HorizontalPodAutoscaler or a keda.sh/v1alpha1 ScaledObject"
@@ -68,12 +81,32 @@ class Outcome(msgspec.Struct):
 
 
 def _is_autoscaler(doc: Mapping[str, Any]) -> bool:
-    return doc.get("kind") in ("HorizontalPodAutoscaler", "ScaledObject")
+    return doc.get("kind") in ("HorizontalPodAutoscaler", "ScaledObject", *NOT_CONVERTED)
+
+
+def _flatten(docs: Iterable[Any]) -> list[Any]:
+    """Documents, with the items of a list (`kubectl get -o yaml` writes `kind: List`, or
+    `HorizontalPodAutoscalerList`) in place of the list."""
+    out: list[Any] = []
+    for d in docs:
+        if d is None:
+            continue
+        kind = str(d.get("kind") or "") if isinstance(d, Mapping) else ""
+        if kind.endswith("List") and isinstance(d.get("items"), list):
+            item_kind = kind.removesuffix("List")
+            for item in d["items"]:
+                if isinstance(item, Mapping) and item_kind and "kind" not in item:
+                    item = {"apiVersion": d.get("apiVersion"), "kind": item_kind, **item}
+                out.append(item)
+        else:
+            out.append(d)
+    return out
 
 
 def convert_documents(docs: Iterable[Any]) -> list[Outcome]:
-    """Every document of a file, in order: autoscalers converted or refused, the rest skipped."""
-    items = [d for d in docs if d is not None]
+    """Every document of a file (list items one by one), in order: autoscalers converted or
+    refused, the rest skipped."""
+    items = _flatten(docs)
     auths = {
         str((d.get("metadata") or {}).get("name")): auth_of(d)
         for d in items
