@@ -484,3 +484,13 @@ def test_autoscalers_without_a_counterpart_are_refused_not_skipped(
 ) -> None:
     (o,) = convert_documents([{"apiVersion": api, "kind": kind, "metadata": {"name": "x"}}])
     assert o.status == "refused" and why in o.reason
+
+
+def test_a_wrong_type_is_refused_naming_the_field() -> None:
+    doc = hpa([container_cpu("app", 50)])
+    doc["spec"]["minReplicas"] = "2"
+    with pytest.raises(ConversionError, match=r"^spec\.minReplicas: expected int, got str"):
+        convert(doc)
+    keda = so([{"type": "cron", "metadata": ["not", "a", "map"]}], minReplicaCount=1)
+    with pytest.raises(ConversionError, match=r"^spec\.triggers\[0\]\.metadata: expected object"):
+        convert(keda)

@@ -50,6 +50,19 @@ NOT_CONVERTED = {
 
 def convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None) -> Conversion:
     """A HorizontalPodAutoscaler or a KEDA ScaledObject -> ScalingPolicy."""
+    try:
+        return _convert(obj, auths)
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        if isinstance(err, ConversionError):
+            raise
+        # The shape checks name a wrong field; this is the backstop for one they do not cover.
+        raise ConversionError(
+            f"a field has an unexpected type or value ({type(err).__name__}: {err}); "
+            "kubectl apply --dry-run=server of the original names it"
+        ) from None
+
+
+def _convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None) -> Conversion:
     kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
     if kind == "HorizontalPodAutoscaler" and api.startswith("autoscaling/"):
         return from_hpa(obj)
@@ -84,6 +97,12 @@ def _is_autoscaler(doc: Mapping[str, Any]) -> bool:
     return doc.get("kind") in ("HorizontalPodAutoscaler", "ScaledObject", *NOT_CONVERTED)
 
 
+def _name(doc: Mapping[str, Any], i: int) -> str:
+    md = doc.get("metadata")
+    name = md.get("name") if isinstance(md, Mapping) else None
+    return str(name or f"#{i}")
+
+
 def _flatten(docs: Iterable[Any]) -> list[Any]:
     """Documents, with the items of a list (`kubectl get -o yaml` writes `kind: List`, or
     `HorizontalPodAutoscalerList`) in place of the list."""
@@ -92,7 +111,7 @@ def _flatten(docs: Iterable[Any]) -> list[Any]:
         if d is None:
             continue
         kind = str(d.get("kind") or "") if isinstance(d, Mapping) else ""
-        if kind.endswith("List") and isinstance(d.get("items"), list):
+        if isinstance(d, Mapping) and kind.endswith("List") and isinstance(d.get("items"), list):
             item_kind = kind.removesuffix("List")
             for item in d["items"]:
                 if isinstance(item, Mapping) and item_kind and "kind" not in item:
@@ -108,8 +127,8 @@ def convert_documents(docs: Iterable[Any]) -> list[Outcome]:
     refused, the rest skipped."""
     items = _flatten(docs)
     auths = {
-        str((d.get("metadata") or {}).get("name")): auth_of(d)
-        for d in items
+        _name(d, i): auth_of(d)
+        for i, d in enumerate(items)
         if isinstance(d, Mapping) and d.get("kind") in AUTH_KINDS
     }
     out: list[Outcome] = []
@@ -118,7 +137,7 @@ def convert_documents(docs: Iterable[Any]) -> list[Outcome]:
             out.append(Outcome(i, "", f"#{i}", "skipped", reason="not a mapping (not an object)"))
             continue
         kind = str(doc.get("kind") or "")
-        name = str((doc.get("metadata") or {}).get("name") or f"#{i}")
+        name = _name(doc, i)
         if not _is_autoscaler(doc):
             why = (
                 "read for the ScaledObjects' authenticationRef"

@@ -19,6 +19,7 @@ from typing import Any
 
 from governor.importer_fields import HPA_FIELDS, HPA_V1_ANNOTATIONS, account
 from governor.importer_result import Conversion, ConversionError, finish, meta, number
+from governor.importer_shapes import Hpa, HpaOld, check
 
 V2 = ("autoscaling/v2", "autoscaling/v2beta2")
 SERVED = (*V2, "autoscaling/v2beta1", "autoscaling/v1")
@@ -41,6 +42,9 @@ def _rest(body: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
 
 def _metric_v2beta1_to_v2(m: Mapping[str, Any]) -> dict[str, Any]:
     kind = m.get("type")
+    key = str(kind)[:1].lower() + str(kind)[1:]
+    if not isinstance(m.get(key), Mapping | None):
+        return dict(m)  # not an object: the v2 shape check names it
     if kind in ("Resource", "ContainerResource"):
         key = kind[0].lower() + kind[1:]
         body = m.get(key) or {}
@@ -282,7 +286,10 @@ def from_hpa(obj: Mapping[str, Any]) -> Conversion:
             "serves autoscaling/v2, v2beta2 (until 1.26), v2beta1 (until 1.25) and v1: write it "
             "as autoscaling/v2)"
         )
+    if api not in V2:
+        check(obj, HpaOld)
     v2 = to_v2(obj)
+    check(v2, Hpa)
     spec = v2.get("spec") or {}
     ref = spec.get("scaleTargetRef") or {}
     for field in ("kind", "name"):

@@ -17,6 +17,7 @@ from typing import Any
 from governor.importer_fields import KEDA_FIELDS, SCALER_FIELDS, Field, account
 from governor.importer_result import Conversion, ConversionError, finish, meta, target_ref
 from governor.importer_scalers import Auth, Trigger, convert_trigger
+from governor.importer_shapes import ScaledObject, check
 
 PAUSED = "governor.dev/paused"
 KEDA_PAUSED = "autoscaling.keda.sh/paused"
@@ -34,9 +35,9 @@ def _keda_bool(value: Any) -> bool:
 
 
 def _int(spec: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    value = spec.get(key, default)
-    if value is None:
-        return None
+    value = spec.get(key)
+    if value is None:  # absent or null: KEDA's default
+        return default
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConversionError(f"spec.{key}: must be an integer, got {value!r}")
     return value
@@ -126,6 +127,7 @@ def from_scaled_object(
     obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None
 ) -> Conversion:
     """`auths`: the TriggerAuthentications of the same file, by name."""
+    check(obj, ScaledObject)
     spec = obj.get("spec") or {}
     triggers = list(spec.get("triggers") or [])
     low, high, idle = _bounds(spec)

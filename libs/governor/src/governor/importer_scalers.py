@@ -463,17 +463,24 @@ def convert_trigger(t: Trigger) -> Converted:
     return convert(t)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def auth_of(doc: Mapping[str, Any]) -> Auth:
     """The parameters a TriggerAuthentication (or ClusterTriggerAuthentication) provides."""
-    spec = doc.get("spec") or {}
-    params = {str(r.get("parameter")) for r in spec.get("secretTargetRef") or []}
-    params |= {str(r.get("parameter")) for r in spec.get("env") or []}
+    spec = _mapping(doc.get("spec"))
+
+    def parameters(refs: Any) -> set[str]:
+        items = refs if isinstance(refs, list) else []
+        return {str(r.get("parameter")) for r in items if isinstance(r, Mapping)}
+
+    params = parameters(spec.get("secretTargetRef")) | parameters(spec.get("env"))
     for vault in ("hashiCorpVault", "azureKeyVault", "awsSecretManager", "gcpSecretManager"):
-        for r in (spec.get(vault) or {}).get("secrets") or []:
-            params.add(str(r.get("parameter")))
-    identity = (spec.get("podIdentity") or {}).get("provider") or ""
+        params |= parameters(_mapping(spec.get(vault)).get("secrets"))
+    identity = _mapping(spec.get("podIdentity")).get("provider") or ""
     return Auth(
-        name=str((doc.get("metadata") or {}).get("name")),
+        name=str(_mapping(doc.get("metadata")).get("name")),
         params=params,
         known=True,
         pod_identity=str(identity) if identity != "none" else "",
