@@ -167,5 +167,6 @@ def check(obj: Any, shape: type[T]) -> None:
         text = str(err)
         problem, _, at = text.rpartition(" - at `")
         path = at.rstrip("`").removeprefix("$").removeprefix(".") or "the object"
-        problem = re.sub(r"`(\w+)`", r"\1", problem or text).replace("Expected", "expected")
+        problem = re.sub(r"`([^`]*)`", r"\1", problem or text).replace("Expected", "expected")
+        problem = problem.replace(" | null", "")  # every field may be absent: not the point
         raise ConversionError(f"{path}: {problem}") from None
