@@ -1,319 +1,153 @@
-"""Coming from HPA or KEDA: convert a HorizontalPodAutoscaler or a ScaledObject to a ScalingPolicy.
+"""Coming from HPA or KEDA: convert HorizontalPodAutoscalers and ScaledObjects to ScalingPolicies.
 
-Pure: a decoded YAML object in, a validated ScalingPolicy and the list of what could not be
-carried over out. Nothing is dropped silently: every field that has no equivalent is named in
-`Conversion.notes`, and a trigger or metric that cannot be converted at all is listed in
-`Conversion.unconverted` (the policy keeps the others; if none is left, ImportError says so).
+Pure: decoded YAML documents in, validated ScalingPolicies and what could not be carried over
+out. `convert` takes one object; `convert_documents` takes a whole file's documents, skips what
+is not an autoscaler (one line each) and hands each ScaledObject the TriggerAuthentications of
+the same file. Nothing is dropped silently: every field is converted or named in
+`Conversion.notes` (the table in importer_fields, also printed as docs/scalingpolicy.md's
+migration table), a trigger or metric that cannot be converted is listed in
+`Conversion.unconverted`, and an object KEDA or the API server would reject is refused
+(ConversionError) with their reason.
 
-HPA (autoscaling/v2):
-  scaleTargetRef, minReplicas (default 1), maxReplicas, behavior (verbatim); metrics:
-  Resource cpu/memory -> the `resource` source with the same target; External, Pods and Object
-  metrics have no source governor can query (they come from a metrics adapter) -> `push` with
-  the same target, and a note: publish the metric to governor.metrics or give it a query.
-KEDA (keda.sh/v1alpha1 ScaledObject):
-  scaleTargetRef, minReplicaCount (default 0 -> scaleToZero with cooldownPeriod and the
-  triggers' activation thresholds), maxReplicaCount (default 100), pollingInterval (the sources'
-  interval), fallback, advanced.horizontalPodAutoscalerConfig.behavior; triggers: cpu, memory,
-  kafka (-> `kafka_lag`, AverageValue lagThreshold: KEDA's ceil(totalLag / lagThreshold)),
-  prometheus (-> `prometheus`, AverageValue threshold unless metricType says Value).
+- HPA, every served version: importer_hpa (v2beta1 and v1 are converted as the API server does).
+- KEDA ScaledObject: importer_keda, triggers through importer_scalers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import msgspec
 
-from governor.inventory import parse_quantity
-from governor.spec import PolicyError, ScalingPolicy, policy_from_obj
+from governor.importer_hpa import from_hpa
+from governor.importer_keda import from_scaled_object
+from governor.importer_result import Conversion, ConversionError, to_document
+from governor.importer_scalers import Auth, auth_of
+
+__all__ = [
+    "Conversion",
+    "ConversionError",
+    "Outcome",
+    "convert",
+    "convert_documents",
+    "to_document",
+]
+
+AUTH_KINDS = ("TriggerAuthentication", "ClusterTriggerAuthentication")
+# Autoscalers governor has no counterpart for: refused with why, not skipped as "not one".
+NOT_CONVERTED = {
+    "ScaledJob": (
+        "a KEDA ScaledJob starts a Job per batch of events; governor scales long-running "
+        "workloads (Deployment, StatefulSet, scalable CRDs, Volcano Job): no equivalent"
+    ),
+    "VerticalPodAutoscaler": (
+        "vertical resizing (requests/limits) is out of governor's scope: keep the VPA, on "
+        "another target than the one governor scales"
+    ),
+}
 
 
-class ConversionError(ValueError):
-    """The object cannot become a ScalingPolicy; the message says why and what to do."""
-
-
-class Conversion(msgspec.Struct):
-    policy: ScalingPolicy
-    notes: list[str]
-    unconverted: list[str]
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    if not meta.get("name"):
-        raise ConversionError("metadata.name is missing")
-    return {"name": meta["name"], "namespace": meta.get("namespace", "default")}
-
-
-def _target_ref(ref: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
-    if not ref or not ref.get("name"):
-        raise ConversionError(f"{where}.name is missing: nothing to scale")
-    return {
-        "apiVersion": ref.get("apiVersion", "apps/v1"),
-        "kind": ref.get("kind", "Deployment"),
-        "name": ref["name"],
-    }
-
-
-def _hpa_target(target: Mapping[str, Any]) -> dict[str, Any]:
-    kind = target.get("type")
-    if kind == "Utilization":
-        return {"type": "Utilization", "averageUtilization": target["averageUtilization"]}
-    if kind == "AverageValue":
-        return {"type": "AverageValue", "averageValue": _number(target["averageValue"])}
-    if kind == "Value":
-        return {"type": "Value", "value": _number(target["value"])}
-    raise ConversionError(f"unknown metric target type {kind!r}")
-
-
-def _number(q: Any) -> float:
-    """A Kubernetes quantity as a number: 100, "100", "500m", "2k", "1Gi"."""
+def convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None) -> Conversion:
+    """A HorizontalPodAutoscaler or a KEDA ScaledObject -> ScalingPolicy."""
     try:
-        return parse_quantity(q)
-    except ValueError as err:
-        raise ConversionError(f"not a quantity: {q!r} ({err})") from None
-
-
-def from_hpa(obj: Mapping[str, Any]) -> Conversion:
-    spec = obj.get("spec") or {}
-    notes: list[str] = []
-    unconverted: list[str] = []
-    metrics: list[dict[str, Any]] = []
-    for i, m in enumerate(spec.get("metrics") or []):
-        kind = m.get("type")
-        try:
-            if kind == "Resource":
-                res = m["resource"]
-                if res["name"] not in ("cpu", "memory"):
-                    unconverted.append(f"metrics[{i}]: resource {res['name']!r} (cpu, memory only)")
-                    continue
-                metrics.append(
-                    {
-                        "name": res["name"],
-                        "source": {"type": "resource", "resource": res["name"]},
-                        "target": _hpa_target(res["target"]),
-                    }
-                )
-            elif kind == "ContainerResource":
-                res = m["containerResource"]
-                metrics.append(
-                    {
-                        "name": res["name"],
-                        "source": {"type": "resource", "resource": res["name"]},
-                        "target": _hpa_target(res["target"]),
-                    }
-                )
-                notes.append(
-                    f"metrics[{i}]: ContainerResource of container {res.get('container')!r} "
-                    "became the whole pod's usage"
-                )
-            elif kind in ("External", "Pods", "Object"):
-                body = m[kind[0].lower() + kind[1:]]
-                name = body["metric"]["name"]
-                metrics.append(
-                    {
-                        "name": name,
-                        "source": {"type": "push"},
-                        "target": _hpa_target(body["target"]),
-                    }
-                )
-                notes.append(
-                    f"metrics[{i}]: {kind} metric {name!r} comes from a metrics adapter governor "
-                    "does not query: publish it to governor.metrics (push endpoint or directly) "
-                    "or replace the source with a prometheus query"
-                )
-                if body["metric"].get("selector"):
-                    notes.append(f"metrics[{i}]: its selector was not carried over")
-            else:
-                unconverted.append(f"metrics[{i}]: type {kind!r}")
-        except KeyError as err:
-            unconverted.append(f"metrics[{i}]: {kind} without {err.args[0]!r}")
-    if not spec.get("metrics"):
-        metrics.append(
-            {
-                "name": "cpu",
-                "source": {"type": "resource", "resource": "cpu"},
-                "target": {"type": "Utilization", "averageUtilization": 80},
-            }
-        )
-        notes.append("no metrics: HPA's default, cpu averageUtilization 80, was used")
-    pol: dict[str, Any] = {
-        "targetRef": _target_ref(spec.get("scaleTargetRef"), "spec.scaleTargetRef"),
-        "minReplicas": spec.get("minReplicas", 1),
-        "maxReplicas": spec.get("maxReplicas"),
-        "metrics": metrics,
-    }
-    if spec.get("behavior"):
-        pol["behavior"] = spec["behavior"]
-    return _finish(obj, pol, notes, unconverted)
-
-
-def _trigger(i: int, t: Mapping[str, Any], interval: float) -> tuple[dict[str, Any], float, str]:
-    """(metric, activation threshold, note) for one KEDA trigger; ConversionError if unsupported."""
-    kind = t.get("type")
-    md = t.get("metadata") or {}
-    name = t.get("name") or f"{kind}-{i}"
-    metric_type = t.get("metricType") or md.get("type")
-    if kind in ("cpu", "memory"):
-        value = _number(md["value"])
-        mt = metric_type or "Utilization"
-        target = (
-            {"type": "Utilization", "averageUtilization": value}
-            if mt == "Utilization"
-            else {"type": "AverageValue", "averageValue": value}
-        )
-        return (
-            {"name": name, "source": {"type": "resource", "resource": kind}, "target": target},
-            0.0,
-            "",
-        )
-    if kind == "kafka":
-        threshold = int(md.get("lagThreshold", 10))
-        source: dict[str, Any] = {
-            "type": "kafka_lag",
-            "topic": md["topic"],
-            "consumerGroup": md["consumerGroup"],
-            "bootstrapServers": md["bootstrapServers"],
-            "lagThreshold": threshold,
-            "intervalSeconds": interval,
-        }
-        for key, field in (
-            ("activationLagThreshold", "activationLagThreshold"),
-            ("offsetResetPolicy", "offsetResetPolicy"),
-        ):
-            if key in md:
-                source[field] = int(md[key]) if key.startswith("activation") else md[key]
-        for flag in ("allowIdleConsumers", "excludePersistentLag", "limitToPartitionsWithLag"):
-            if flag in md:
-                source[flag] = str(md[flag]).lower() == "true"
-        note = "" if not t.get("authenticationRef") else f"triggers[{i}]: authenticationRef dropped"
-        return (
-            {
-                "name": name,
-                "source": source,
-                "target": {"type": "AverageValue", "averageValue": threshold},
-            },
-            float(md.get("activationLagThreshold", 0)),
-            note,
-        )
-    if kind == "prometheus":
-        value = _number(md["threshold"])
-        target = (
-            {"type": "Value", "value": value}
-            if metric_type == "Value"
-            else {"type": "AverageValue", "averageValue": value}
-        )
-        return (
-            {
-                "name": name,
-                "source": {
-                    "type": "prometheus",
-                    "query": md["query"],
-                    "serverAddress": md["serverAddress"],
-                    "intervalSeconds": interval,
-                },
-                "target": target,
-            },
-            float(md.get("activationThreshold", 0)),
-            "" if not t.get("authenticationRef") else f"triggers[{i}]: authenticationRef dropped",
-        )
-    raise ConversionError(f"triggers[{i}]: KEDA scaler {kind!r} has no governor source")
-
-
-def from_scaled_object(obj: Mapping[str, Any]) -> Conversion:
-    spec = obj.get("spec") or {}
-    notes: list[str] = []
-    unconverted: list[str] = []
-    interval = float(spec.get("pollingInterval", 30))
-    metrics: list[dict[str, Any]] = []
-    activation = 0.0
-    for i, t in enumerate(spec.get("triggers") or []):
-        try:
-            metric, act, note = _trigger(i, t, interval)
-        except ConversionError as err:
-            unconverted.append(str(err))
-            continue
-        except (KeyError, ValueError) as err:
-            unconverted.append(f"triggers[{i}] ({t.get('type')}): missing or bad {err}")
-            continue
-        metrics.append(metric)
-        activation = max(activation, act)
-        if note:
-            notes.append(note)
-    min_replicas = int(spec.get("minReplicaCount", 0))
-    pol: dict[str, Any] = {
-        "targetRef": _target_ref(spec.get("scaleTargetRef"), "spec.scaleTargetRef"),
-        "minReplicas": min_replicas,
-        "maxReplicas": int(spec.get("maxReplicaCount", 100)),
-        "metrics": metrics,
-    }
-    if min_replicas == 0:
-        pol["scaleToZero"] = {
-            "activationThreshold": activation,
-            "cooldownSeconds": float(spec.get("cooldownPeriod", 300)),
-        }
-    if "idleReplicaCount" in spec:
-        notes.append("idleReplicaCount: governor scales to zero only (KEDA allows only 0 too)")
-    fb = spec.get("fallback")
-    if fb:
-        behavior = fb.get("behavior", "static")
-        if behavior == "scalingModifiers":
-            notes.append("fallback.behavior scalingModifiers became static")
-            behavior = "static"
-        pol["fallback"] = {
-            "failureThreshold": int(fb["failureThreshold"]),
-            "replicas": int(fb["replicas"]),
-            "behavior": behavior,
-        }
-    advanced = spec.get("advanced") or {}
-    hpa_cfg = advanced.get("horizontalPodAutoscalerConfig") or {}
-    if hpa_cfg.get("behavior"):
-        pol["behavior"] = hpa_cfg["behavior"]
-    if advanced.get("scalingModifiers"):
-        unconverted.append("advanced.scalingModifiers (formula over triggers)")
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    if any(k.startswith("autoscaling.keda.sh/paused") for k in annotations):
-        notes.append(
-            'KEDA paused annotations: set governor.dev/paused: "true" on the target instead'
-        )
-    return _finish(obj, pol, notes, unconverted)
-
-
-def _finish(
-    obj: Mapping[str, Any], spec: dict[str, Any], notes: list[str], unconverted: list[str]
-) -> Conversion:
-    if not spec["metrics"]:
+        return _convert(obj, auths)
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        if isinstance(err, ConversionError):
+            raise
+        # The shape checks name a wrong field; this is the backstop for one they do not cover.
         raise ConversionError(
-            "no trigger or metric could be converted: " + "; ".join(unconverted or ["none given"])
-        )
-    if spec["maxReplicas"] is None:
-        raise ConversionError("spec.maxReplicas is missing")
-    doc = {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": _meta(obj),
-        "spec": spec,
-    }
-    try:
-        policy = policy_from_obj(doc)
-    except PolicyError as err:
-        raise ConversionError(f"the converted policy is invalid: {err}") from None
-    return Conversion(policy=policy, notes=notes, unconverted=unconverted)
+            f"a field has an unexpected type or value ({type(err).__name__}: {err}); "
+            "kubectl apply --dry-run=server of the original names it"
+        ) from None
 
 
-def convert(obj: Mapping[str, Any]) -> Conversion:
-    """A HorizontalPodAutoscaler (autoscaling/v2) or a KEDA ScaledObject -> ScalingPolicy."""
+def _convert(obj: Mapping[str, Any], auths: Mapping[str, Auth] | None) -> Conversion:
     kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
-    if kind == "HorizontalPodAutoscaler":
-        if api != "autoscaling/v2":
-            raise ConversionError(
-                f"HorizontalPodAutoscaler {api}: only autoscaling/v2 is supported"
-            )
+    if kind == "HorizontalPodAutoscaler" and api.startswith("autoscaling/"):
         return from_hpa(obj)
     if kind == "ScaledObject" and api.startswith("keda.sh/"):
-        return from_scaled_object(obj)
+        if api != "keda.sh/v1alpha1":
+            raise ConversionError(f'no matches for kind "ScaledObject" in version "{api}"')
+        return from_scaled_object(obj, auths)
+    if kind in NOT_CONVERTED:
+        raise ConversionError(NOT_CONVERTED[str(kind)])
     raise ConversionError(
-        f"{kind or 'an object without kind'} ({api}): expected an autoscaling/v2 "
-        "HorizontalPodAutoscaler or a keda.sh ScaledObject"
+        f"{kind or 'an object without kind'} ({api}): expected an autoscaling/* "
+        "HorizontalPodAutoscaler or a keda.sh/v1alpha1 ScaledObject"
     )
+
+
+class Outcome(msgspec.Struct):
+    """What became of one document of a file."""
+
+    index: int
+    kind: str
+    name: str
+    status: Literal["converted", "skipped", "refused"]
+    conversion: Conversion | None = None
+    reason: str = ""  # why it was skipped or refused
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind or 'document'} {self.name}"
+
+
+def _is_autoscaler(doc: Mapping[str, Any]) -> bool:
+    return doc.get("kind") in ("HorizontalPodAutoscaler", "ScaledObject", *NOT_CONVERTED)
+
+
+def _name(doc: Mapping[str, Any], i: int) -> str:
+    md = doc.get("metadata")
+    name = md.get("name") if isinstance(md, Mapping) else None
+    return str(name or f"#{i}")
+
+
+def _flatten(docs: Iterable[Any]) -> list[Any]:
+    """Documents, with the items of a list (`kubectl get -o yaml` writes `kind: List`, or
+    `HorizontalPodAutoscalerList`) in place of the list."""
+    out: list[Any] = []
+    for d in docs:
+        if d is None:
+            continue
+        kind = str(d.get("kind") or "") if isinstance(d, Mapping) else ""
+        if isinstance(d, Mapping) and kind.endswith("List") and isinstance(d.get("items"), list):
+            item_kind = kind.removesuffix("List")
+            for item in d["items"]:
+                if isinstance(item, Mapping) and item_kind and "kind" not in item:
+                    item = {"apiVersion": d.get("apiVersion"), "kind": item_kind, **item}
+                out.append(item)
+        else:
+            out.append(d)
+    return out
+
+
+def convert_documents(docs: Iterable[Any]) -> list[Outcome]:
+    """Every document of a file (list items one by one), in order: autoscalers converted or
+    refused, the rest skipped."""
+    items = _flatten(docs)
+    auths = {
+        _name(d, i): auth_of(d)
+        for i, d in enumerate(items)
+        if isinstance(d, Mapping) and d.get("kind") in AUTH_KINDS
+    }
+    out: list[Outcome] = []
+    for i, doc in enumerate(items):
+        if not isinstance(doc, Mapping):
+            out.append(Outcome(i, "", f"#{i}", "skipped", reason="not a mapping (not an object)"))
+            continue
+        kind = str(doc.get("kind") or "")
+        name = _name(doc, i)
+        if not _is_autoscaler(doc):
+            why = (
+                "read for the ScaledObjects' authenticationRef"
+                if kind in AUTH_KINDS
+                else "not an autoscaler"
+            )
+            out.append(Outcome(i, kind, name, "skipped", reason=why))
+            continue
+        try:
+            out.append(Outcome(i, kind, name, "converted", conversion=convert(doc, auths)))
+        except ConversionError as err:
+            out.append(Outcome(i, kind, name, "refused", reason=str(err)))
+    return out

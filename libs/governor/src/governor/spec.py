@@ -88,7 +88,155 @@ class PushSource(_Spec, tag="push", tag_field="type"):
     """Samples arrive by HTTP push or are produced to the metrics topic by the app itself."""
 
 
-MetricSource = PrometheusSource | KafkaLagSource | ResourceSource | PushSource
+# KEDA's most used scalers, with KEDA's field names so a trigger's metadata reads the same. Each
+# publishes a total (an AverageValue target divides it by the replicas, as KEDA's targets do).
+
+
+def _one_of(spec: object, a: str, b: str, va: object, vb: object) -> None:
+    if (va is None) == (vb is None):
+        raise PolicyError(a, f"set exactly one of {a} and {b} ({type(spec).__name__})")
+
+
+class CronSource(_Spec, tag="cron", tag_field="type"):
+    """KEDA `cron`: `desiredReplicas` between `start` and `end` (cron expressions in `timezone`),
+    0 outside; no I/O."""
+
+    timezone: str
+    start: str
+    end: str
+    desired_replicas: int
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        from governor.policy.cron import check_cron
+
+        check_cron(self)
+
+
+class MetricsApiSource(_Spec, tag="metrics_api", tag_field="type"):
+    """KEDA `metrics-api`: GET `url`, the number at `valueLocation` (dotted path, list indices as
+    numbers) of the JSON body."""
+
+    url: str
+    value_location: str
+    # Names of environment variables of the collector holding credentials (never the secrets).
+    auth_mode: Literal["none", "bearer", "basic", "apiKey"] = "none"
+    token_from_env: str | None = None
+    username_from_env: str | None = None
+    password_from_env: str | None = None
+    api_key_from_env: str | None = None
+    key_param_name: str = "X-API-KEY"
+    method: Literal["header", "query"] = "header"
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise PolicyError("url", f"must be an http:// or https:// URL, got {self.url!r}")
+        if not self.value_location.strip():
+            raise PolicyError("valueLocation", "must name the value, e.g. components.worker.tasks")
+
+
+class KubernetesWorkloadSource(_Spec, tag="kubernetes_workload", tag_field="type"):
+    """KEDA `kubernetes-workload`: how many pods in the policy's namespace match `podSelector`
+    (pods Succeeded or Failed are not counted)."""
+
+    pod_selector: str
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not self.pod_selector.strip():
+            raise PolicyError("podSelector", "must be a label selector, e.g. app=backend")
+
+
+class RabbitMQSource(_Spec, tag="rabbitmq", tag_field="type"):
+    """KEDA `rabbitmq` over the management HTTP API: a queue's length or its publish rate."""
+
+    queue_name: str
+    # http(s)://[user:pass@]host:15672[/vhost]; or the name of a collector env var holding it.
+    host: str | None = None
+    host_from_env: str | None = None
+    vhost_name: str | None = None
+    mode: Literal["QueueLength", "MessageRate"] = "QueueLength"
+    use_regex: bool = False
+    operation: Literal["sum", "max", "avg"] = "sum"
+    exclude_unacknowledged: bool = False
+    username_from_env: str | None = None
+    password_from_env: str | None = None
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        _one_of(self, "host", "hostFromEnv", self.host, self.host_from_env)
+
+
+def rabbitmq_management_url(host: str) -> str:
+    """RabbitMQ's management API for a KEDA `host`: an amqp(s):// URL becomes http(s):// on the
+    management port (15672, 15671 with TLS) with the same credentials and vhost path; http(s)
+    URLs are kept. ValueError for anything else."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(host)
+    if parts.scheme in ("http", "https"):
+        return host
+    if parts.scheme not in ("amqp", "amqps"):
+        raise ValueError(f"rabbitmq host {host!r}: expected amqp://, amqps://, http:// or https://")
+    secure = parts.scheme == "amqps"
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    hostname = hostport.rsplit(":", 1)[0] if ":" in hostport else hostport
+    netloc = f"{userinfo + '@' if userinfo else ''}{hostname}:{15671 if secure else 15672}"
+    return urlunsplit(("https" if secure else "http", netloc, parts.path, "", ""))
+
+
+class RedisSource(_Spec, tag="redis", tag_field="type"):
+    """KEDA `redis`: the length of a list (`listName`) or the number in a key (`keyName`)."""
+
+    address: str | None = None  # host:port
+    address_from_env: str | None = None
+    list_name: str | None = None
+    key_name: str | None = None
+    database_index: int = 0
+    enable_tls: bool = False
+    username_from_env: str | None = None
+    password_from_env: str | None = None
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        _one_of(self, "address", "addressFromEnv", self.address, self.address_from_env)
+        _one_of(self, "listName", "keyName", self.list_name, self.key_name)
+
+
+class RedisStreamsSource(_Spec, tag="redis_streams", tag_field="type"):
+    """KEDA `redis-streams`: a consumer group's pending entries (XPENDING), its lag (XINFO GROUPS,
+    Redis 7+) or the stream's length (XLEN)."""
+
+    stream: str
+    measure: Literal["pendingEntries", "lag", "streamLength"] = "pendingEntries"
+    consumer_group: str | None = None
+    address: str | None = None  # host:port
+    address_from_env: str | None = None
+    database_index: int = 0
+    enable_tls: bool = False
+    username_from_env: str | None = None
+    password_from_env: str | None = None
+    interval_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        _one_of(self, "address", "addressFromEnv", self.address, self.address_from_env)
+        if self.measure != "streamLength" and not self.consumer_group:
+            raise PolicyError("consumerGroup", f"required for measure {self.measure}")
+
+
+MetricSource = (
+    PrometheusSource
+    | KafkaLagSource
+    | ResourceSource
+    | PushSource
+    | CronSource
+    | MetricsApiSource
+    | KubernetesWorkloadSource
+    | RabbitMQSource
+    | RedisSource
+    | RedisStreamsSource
+)
 
 TargetType = Literal["Utilization", "Value", "AverageValue"]
 
@@ -210,6 +358,9 @@ class ScaleToZeroSpec(_Spec):
 
     activation_threshold: float = 0.0
     cooldown_seconds: float = 300.0
+    # KEDA's initialCooldownPeriod: a new policy (no activity seen yet) waits the longer of this
+    # and cooldownSeconds before it scales to zero.
+    initial_cooldown_seconds: float | None = None
 
 
 class FallbackSpec(_Spec):
@@ -332,6 +483,8 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
         z = spec.scale_to_zero
         if z.cooldown_seconds < 0 or z.activation_threshold < 0:
             raise PolicyError("scaleToZero", "cooldownSeconds and activationThreshold >= 0")
+        if z.initial_cooldown_seconds is not None and z.initial_cooldown_seconds < 0:
+            raise PolicyError("scaleToZero.initialCooldownSeconds", "must be >= 0")
     if spec.elastic is not None:
         e = spec.elastic
         if not spec.min_replicas <= e.floor <= spec.max_replicas:

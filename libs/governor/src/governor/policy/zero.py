@@ -6,7 +6,9 @@ been above it for `cooldownSeconds` (`lastActiveTime + cooldown < now`). Two del
 
 * a metric without fresh data counts as active: an outage must not scale a workload to zero;
 * with no record of activity yet (KEDA scales such a target to zero at once), the cooldown starts
-  at the first evaluation instead, so a decider that lost its state never collapses a workload.
+  at the first evaluation instead, so a decider that lost its state never collapses a workload;
+  `initialCooldownSeconds` (KEDA's initialCooldownPeriod) makes that first wait longer, never
+  shorter: the cooldown is then counted from a point that far past the first evaluation.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class Idle(msgspec.Struct, frozen=True):
 
 
 def idle_check(spec: ScaleToZeroSpec, active: bool, last_active: float | None, now: float) -> Idle:
-    if active or last_active is None:
+    if active:
         return Idle(False, now)
+    if last_active is None:
+        extra = max(0.0, (spec.initial_cooldown_seconds or 0.0) - spec.cooldown_seconds)
+        return Idle(False, now + extra)
     return Idle(last_active + spec.cooldown_seconds < now, last_active)

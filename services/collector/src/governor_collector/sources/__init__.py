@@ -1,6 +1,17 @@
 """Metric sources, registered by name (the `type` tag of a policy's `metrics[].source`)."""
 
-from governor_collector.sources import kafka_lag, prometheus, push, resource
+from governor_collector.sources import (
+    cron,
+    kafka_lag,
+    kubernetes_workload,
+    metrics_api,
+    prometheus,
+    push,
+    rabbitmq,
+    redis,
+    redis_streams,
+    resource,
+)
 from governor_collector.sources.base import (
     SOURCES,
     Publisher,
@@ -25,9 +36,15 @@ __all__ = [
     "SourceError",
     "SourceTarget",
     "create_source",
+    "cron",
     "kafka_lag",
+    "kubernetes_workload",
+    "metrics_api",
     "prometheus",
     "push",
+    "rabbitmq",
+    "redis",
+    "redis_streams",
     "register",
     "resource",
     "source_name",
