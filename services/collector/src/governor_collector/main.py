@@ -39,6 +39,7 @@ class Collector:
             settings.kafka.bootstrap,
             client_id=settings.kafka.client_id,
             start_timeout_s=settings.start_timeout_seconds,
+            security=settings.kafka.security,
         )
         metrics_topic, policies_topic = settings.topics()
         self.publisher = BusPublisher(self.producer, metrics_topic)
@@ -54,6 +55,7 @@ class Collector:
             topic=policies_topic,
             client_id=f"{settings.kafka.client_id}-policies",
             start_timeout_s=settings.start_timeout_seconds,
+            security=settings.kafka.security,
         )
         self._stopping = False
         self.server = HealthServer(
