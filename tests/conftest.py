@@ -1,3 +1,8 @@
 """Fixtures for real components live in tests/fixtures/, one module per component."""
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kube", "tests.fixtures.prometheus"]
+pytest_plugins = [
+    "tests.fixtures.kafka",
+    "tests.fixtures.kafka_secure",
+    "tests.fixtures.kube",
+    "tests.fixtures.prometheus",
+]

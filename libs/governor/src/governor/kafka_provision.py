@@ -23,13 +23,26 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from governor import kafka_acls
-from governor.topics import specs
+from governor.events import AGGREGATOR_APP_ID, AGGREGATOR_TABLE, METRICS
+from governor.topics import TopicSpec, specs
+
+# faust declares these itself (the aggregator may CREATE them); made here too, so that they exist
+# with the right shape before the first aggregator starts and ACL probes find them.
+FAUST_SPECS = (
+    TopicSpec(
+        f"{AGGREGATOR_APP_ID}-{AGGREGATOR_TABLE}-changelog",
+        METRICS.partitions,
+        {"cleanup.policy": "compact"},
+        compacted=True,
+    ),
+    TopicSpec(f"{AGGREGATOR_APP_ID}-__assignor-__leader", 1, {"cleanup.policy": "compact"}),
+)
 
 
 def create_topics(conf: Mapping[str, str], timeout_s: float = 30.0) -> list[str]:
     """Create the table's topics that are missing; returns the names created."""
     admin = AdminClient(dict(conf))
-    wanted = specs()
+    wanted = [*specs(), *FAUST_SPECS]
     have = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [s for s in wanted if s.name not in have]
     if not missing:
