@@ -26,6 +26,7 @@ from governor.settings import ConfigError
 from governor.telemetry import HealthServer, configure_logging
 from governor_collector.config import CollectorSettings, load
 from governor_collector.kafka import BusPublisher
+from governor_collector.openapi import openapi_route
 from governor_collector.policies import PolicyTable
 from governor_collector.push_auth import AuthUnavailable, KubeAuth, PushAuth, TokensFileAuth
 from governor_collector.scheduler import Scheduler
@@ -71,13 +72,16 @@ class Collector:
             settings.http_host,
             settings.http_port,
             self.ready,
-            extra_routes=push_routes(
-                self.publisher,
-                self.hub,
-                max_body_bytes=settings.push_max_body_bytes,
-                accepting=lambda: not self._stopping,
-                auth=None if settings.push_auth == "none" else self.auth,
-            ),
+            extra_routes=[
+                *push_routes(
+                    self.publisher,
+                    self.hub,
+                    max_body_bytes=settings.push_max_body_bytes,
+                    accepting=lambda: not self._stopping,
+                    auth=None if settings.push_auth == "none" else self.auth,
+                ),
+                openapi_route(auth=settings.push_auth != "none"),
+            ],
             ssl_context=_tls(settings),
         )
 

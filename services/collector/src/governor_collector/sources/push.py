@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 
@@ -50,6 +51,8 @@ from governor_collector.sources.base import Publisher, PushedSource, register
 log = logging.getLogger("governor_collector.push")
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# A workload id: namespace/kind/name, none empty (the OpenAPI document says the same).
+WORKLOAD_PATTERN = r"^[^/]+/[^/]+/[^/]+$"
 PUSH_HUB = "push_hub"
 
 
@@ -67,7 +70,7 @@ class PushError(msgspec.Struct, omit_defaults=True):
     path: str | None = None
     reason: str | None = None
     limit_bytes: int | None = None
-    index: int | None = None  # 403: the first sample outside the caller's namespaces
+    index: int | None = None  # the first bad sample (400) or the first outside the caller's (403)
     namespace: str | None = None
 
 
@@ -82,9 +85,20 @@ _decoder = msgspec.json.Decoder(SampleBatch)
 _encoder = msgspec.json.Encoder()
 
 
+_SAMPLE_INDEX = re.compile(r"^\$\.samples\[(\d+)\]")
+
+
 def _invalid(path: str, reason: str) -> BatchRejected:
+    m = _SAMPLE_INDEX.match(path)
     return BatchRejected(
-        400, PushError("invalid_batch", f"{reason} - at `{path}`", path=path, reason=reason)
+        400,
+        PushError(
+            "invalid_batch",
+            f"{reason} - at `{path}`",
+            path=path,
+            reason=reason,
+            index=int(m.group(1)) if m else None,
+        ),
     )
 
 
