@@ -266,6 +266,8 @@ class _Decoder(Generic[T]):
                 raise DeadLetter("validation", str(e)) from None
             except msgspec.DecodeError as e:
                 raise DeadLetter("decode", str(e)) from None
+            except UnicodeDecodeError as e:  # msgspec raises it for a string that is not UTF-8
+                raise DeadLetter("decode", f"not UTF-8: {e}") from None
             if self._check_key and key is not None:
                 want = self._key(value)
                 if want != key:
