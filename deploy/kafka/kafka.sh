@@ -10,6 +10,7 @@
 #   bash deploy/kafka/kafka.sh destroy  down, then delete this broker's folder (data, log, config)
 #   bash deploy/kafka/kafka.sh logs     print the path of the broker's log file
 #   bash deploy/kafka/kafka.sh clients  print the folder of the client configs (secure broker)
+#   bash deploy/kafka/kafka.sh run      the broker in the foreground (a container's command)
 #
 #   --secure (after the command; or GOVERNOR_KAFKA_SECURITY=sasl_ssl): the same commands for a
 #   second, secure broker on its own ports: SASL_SSL with SCRAM-SHA-512 over TLS (a throwaway CA
@@ -33,6 +34,9 @@
 #   GOVERNOR_KAFKA_SECURITY         sasl_ssl: as --secure; plaintext (default): the local play broker
 #   GOVERNOR_KAFKA_SECURE_PORT      the secure broker's client port (default 9094)
 #   GOVERNOR_KAFKA_SECURE_CONTROLLER_PORT  its KRaft controller port (default 9095)
+#   GOVERNOR_KAFKA_LIB              Kafka's jars, if present already (no Maven resolve)
+#   GOVERNOR_KAFKA_LISTEN_HOST      the secure listener's address (default 127.0.0.1)
+#   GOVERNOR_KAFKA_ADVERTISED_HOST  the host clients use, also in the certificate (default 127.0.0.1)
 #   GOVERNOR_PYTHON                 the Python with governor installed, for provisioning (default:
 #                                   the repo's .venv, else `uv run python`)
 set -euo pipefail
@@ -51,8 +55,12 @@ esac
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GOVERNOR_CACHE:-$HOME/.cache/governor}/kafka"
-LIB="$CACHE/lib"
+LIB="${GOVERNOR_KAFKA_LIB:-$CACHE/lib}"
 HOST=127.0.0.1
+# Where clients reach the secure broker (a container: 0.0.0.0 and its service name); the
+# certificate names this host too.
+LISTEN_HOST="${GOVERNOR_KAFKA_LISTEN_HOST:-$HOST}"
+ADVERTISED_HOST="${GOVERNOR_KAFKA_ADVERTISED_HOST:-$HOST}"
 if ((SECURE)); then
   PORT="${GOVERNOR_KAFKA_SECURE_PORT:-9094}"
   CPORT="${GOVERNOR_KAFKA_SECURE_CONTROLLER_PORT:-9095}"
@@ -72,7 +80,7 @@ PIDFILE="$INST/broker.pid"
 # AppCDS: the first broker run dumps the classes it loaded at exit (on `down`); later starts map
 # them (about half the JVM start time here). A stale or broken archive is ignored by the JVM.
 JSA="$CACHE/kafka-classes.jsa"
-BOOTSTRAP="$HOST:$PORT"
+BOOTSTRAP="$ADVERTISED_HOST:$PORT"
 SECRETS="$INST/secrets"
 CLIENTS="$INST/clients"
 # governor.events.PRINCIPALS (a unit test keeps the two lists equal)
@@ -97,6 +105,9 @@ need_mvn() {
 
 # --- jars -------------------------------------------------------------------------------------
 resolve() {
+  if [[ -n "${GOVERNOR_KAFKA_LIB:-}" ]]; then
+    return 0  # jars given (the apache/kafka image's /opt/kafka/libs)
+  fi
   if [[ -f "$LIB/.resolved" && "$(cat "$LIB/.resolved")" == "$VERSION" ]]; then
     return 0
   fi
@@ -225,6 +236,7 @@ make_secrets() {
   local ks san
   ks="$(password_of keystore)"
   san="SAN=IP:$HOST,DNS:localhost"
+  [[ "$ADVERTISED_HOST" =~ ^[0-9.]+$ ]] || san="$san,DNS:$ADVERTISED_HOST"
   kt() { keytool -J-Xmx64m "$@" >>"$SECRETS/keytool.log" 2>&1; }
   rm -f "$SECRETS"/*.p12 "$SECRETS"/*.pem "$SECRETS"/*.csr
   say "making a throwaway CA and a broker certificate ($san) in $SECRETS"
@@ -356,8 +368,8 @@ write_secure_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$CPORT
-listeners=SASL_SSL://$HOST:$PORT,CONTROLLER://$HOST:$CPORT
-advertised.listeners=SASL_SSL://$HOST:$PORT
+listeners=SASL_SSL://$LISTEN_HOST:$PORT,CONTROLLER://$HOST:$CPORT
+advertised.listeners=SASL_SSL://$ADVERTISED_HOST:$PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=SASL_SSL
 listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
@@ -486,6 +498,21 @@ cmd_up() {
   die "broker did not answer on $BOOTSTRAP within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
 }
 
+# In the foreground, for a container (compose.yaml): secrets, config and storage as `up` makes
+# them, then the broker replaces this shell. Provisioning is a separate one-shot there.
+cmd_run() {
+  need_java
+  resolve
+  if ((SECURE)); then
+    make_secrets
+    write_clients
+  fi
+  write_config
+  format_storage
+  exec java "-Xmx$HEAP" "-Xms$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -cp "$LIB/*" kafka.Kafka "$CONF"
+}
+
 cmd_down() {
   local pid
   if ! pid="$(our_pid)"; then
@@ -553,5 +580,6 @@ case "${1:-}" in
   destroy) lock; cmd_destroy ;;
   logs) echo "$LOG" ;;
   clients) echo "$CLIENTS" ;;
+  run) mkdir -p "$INST"; cmd_run ;;
   *) echo "usage: $0 up|down|status|resolve|reset|destroy|logs|clients [--secure]" >&2; exit 2 ;;
 esac
