@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.fixtures.kafka",
+    "tests.fixtures.kafka_secure",
     "tests.fixtures.kube",
     "tests.fixtures.prometheus",
     "tests.fixtures.rabbitmq",

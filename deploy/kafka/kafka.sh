@@ -9,6 +9,18 @@
 #   bash deploy/kafka/kafka.sh reset    down, then delete this broker's data (topics, offsets)
 #   bash deploy/kafka/kafka.sh destroy  down, then delete this broker's folder (data, log, config)
 #   bash deploy/kafka/kafka.sh logs     print the path of the broker's log file
+#   bash deploy/kafka/kafka.sh clients  print the folder of the client configs (secure broker)
+#   bash deploy/kafka/kafka.sh run      the broker in the foreground (a container's command)
+#
+#   --secure (after the command; or GOVERNOR_KAFKA_SECURITY=sasl_ssl): the same commands for a
+#   second, secure broker on its own ports: SASL_SSL with SCRAM-SHA-512 over TLS (a throwaway CA
+#   and a broker certificate for IP 127.0.0.1 and localhost, made with keytool), the KRaft
+#   StandardAuthorizer with allow.everyone.if.no.acl.found=false and `admin` its only super user,
+#   one SCRAM user per governor principal (governor.events.PRINCIPALS). `up --secure` leaves it
+#   ready: governor's topics and DLQs created and every ACL of the topic table in place (as admin,
+#   `python -m governor.kafka_provision`), and writes for each principal
+#   broker-<port>/clients/<principal>.properties (Java clients), <principal>.librdkafka.conf
+#   (kcat -F, confluent-kafka) and <principal>.password, all mode 0600, beside ca.pem.
 #
 # Environment (all optional):
 #   GOVERNOR_CACHE                  cache root (default ~/.cache/governor); jars in kafka/lib,
@@ -19,14 +31,43 @@
 #   GOVERNOR_KAFKA_HEAP             max heap (default 512m)
 #   GOVERNOR_KAFKA_START_TIMEOUT    seconds to wait for the broker to answer (default 90)
 #   GOVERNOR_KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 60)
+#   GOVERNOR_KAFKA_SECURITY         sasl_ssl: as --secure; plaintext (default): the local play broker
+#   GOVERNOR_KAFKA_SECURE_PORT      the secure broker's client port (default 9094)
+#   GOVERNOR_KAFKA_SECURE_CONTROLLER_PORT  its KRaft controller port (default 9095)
+#   GOVERNOR_KAFKA_LIB              Kafka's jars, if present already (no Maven resolve)
+#   GOVERNOR_KAFKA_LISTEN_HOST      the secure listener's address (default 127.0.0.1)
+#   GOVERNOR_KAFKA_ADVERTISED_HOST  the host clients use, also in the certificate (default 127.0.0.1)
+#   GOVERNOR_PYTHON                 the Python with governor installed, for provisioning (default:
+#                                   the repo's .venv, else `uv run python`)
 set -euo pipefail
+
+SECURE=0
+ARGS=()
+for arg in "$@"; do
+  if [[ "$arg" == "--secure" ]]; then SECURE=1; else ARGS+=("$arg"); fi
+done
+set -- "${ARGS[@]+"${ARGS[@]}"}"
+case "${GOVERNOR_KAFKA_SECURITY:-plaintext}" in
+  sasl_ssl | SASL_SSL) SECURE=1 ;;
+  plaintext | PLAINTEXT) ;;
+  *) echo "kafka.sh: GOVERNOR_KAFKA_SECURITY must be plaintext or sasl_ssl" >&2; exit 2 ;;
+esac
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GOVERNOR_CACHE:-$HOME/.cache/governor}/kafka"
-LIB="$CACHE/lib"
+LIB="${GOVERNOR_KAFKA_LIB:-$CACHE/lib}"
 HOST=127.0.0.1
-PORT="${GOVERNOR_KAFKA_PORT:-9092}"
-CPORT="${GOVERNOR_KAFKA_CONTROLLER_PORT:-9093}"
+# Where clients reach the secure broker (a container: 0.0.0.0 and its service name); the
+# certificate names this host too.
+LISTEN_HOST="${GOVERNOR_KAFKA_LISTEN_HOST:-$HOST}"
+ADVERTISED_HOST="${GOVERNOR_KAFKA_ADVERTISED_HOST:-$HOST}"
+if ((SECURE)); then
+  PORT="${GOVERNOR_KAFKA_SECURE_PORT:-9094}"
+  CPORT="${GOVERNOR_KAFKA_SECURE_CONTROLLER_PORT:-9095}"
+else
+  PORT="${GOVERNOR_KAFKA_PORT:-9092}"
+  CPORT="${GOVERNOR_KAFKA_CONTROLLER_PORT:-9093}"
+fi
 VERSION="${GOVERNOR_KAFKA_VERSION:-4.1.2}"
 HEAP="${GOVERNOR_KAFKA_HEAP:-512m}"
 START_TIMEOUT="${GOVERNOR_KAFKA_START_TIMEOUT:-90}"
@@ -39,7 +80,11 @@ PIDFILE="$INST/broker.pid"
 # AppCDS: the first broker run dumps the classes it loaded at exit (on `down`); later starts map
 # them (about half the JVM start time here). A stale or broken archive is ignored by the JVM.
 JSA="$CACHE/kafka-classes.jsa"
-BOOTSTRAP="$HOST:$PORT"
+BOOTSTRAP="$ADVERTISED_HOST:$PORT"
+SECRETS="$INST/secrets"
+CLIENTS="$INST/clients"
+# governor.events.PRINCIPALS (a unit test keeps the two lists equal)
+PRINCIPALS="collector cluster-collector aggregator decider actuator admin viewer metrics-producer"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 say() { echo "kafka.sh: $*" >&2; }
@@ -60,6 +105,9 @@ need_mvn() {
 
 # --- jars -------------------------------------------------------------------------------------
 resolve() {
+  if [[ -n "${GOVERNOR_KAFKA_LIB:-}" ]]; then
+    return 0  # jars given (the apache/kafka image's /opt/kafka/libs)
+  fi
   if [[ -f "$LIB/.resolved" && "$(cat "$LIB/.resolved")" == "$VERSION" ]]; then
     return 0
   fi
@@ -107,6 +155,7 @@ port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # A Kafka Metadata (v4) request: ready when the broker lists at least one live broker and
 # knows its controller. Exit 0 = ready.
 metadata_ok() {
+  if ((SECURE)); then secure_ready; return; fi
   command -v python3 >/dev/null 2>&1 || { port_open "$PORT"; return; }
   python3 - "$HOST" "$PORT" <<'PY'
 import socket, struct, sys
@@ -143,9 +192,136 @@ except Exception:
 PY
 }
 
+# --- the secure broker: certificates, users, client configs -----------------------------------
+PY_ARGS=()
+python_cmd() {
+  if [[ -n "${GOVERNOR_PYTHON:-}" ]]; then
+    PY_ARGS=("$GOVERNOR_PYTHON")
+  elif [[ -x "$HERE/../../.venv/bin/python" ]]; then
+    PY_ARGS=("$HERE/../../.venv/bin/python")
+  else
+    command -v uv >/dev/null 2>&1 \
+      || die "no Python with governor installed: set GOVERNOR_PYTHON or run make setup"
+    PY_ARGS=(uv run --frozen --project "$HERE/../.." python)
+  fi
+}
+
+# Ready = admin authenticates over SASL_SSL (our CA) and the broker lists its metadata.
+secure_ready() {
+  port_open "$PORT" || return 1
+  [[ -f "$CLIENTS/admin.librdkafka.conf" ]] || return 1
+  python_cmd
+  "${PY_ARGS[@]}" -m governor.kafka_provision ping --config "$CLIENTS/admin.librdkafka.conf" \
+    >/dev/null 2>&1
+}
+
+password_of() { sed -n "s/^$1=//p" "$SECRETS/passwords"; }
+
+random_secret() { head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | cut -c1-32; }
+
+make_secrets() {
+  mkdir -p "$SECRETS"
+  chmod 700 "$SECRETS"
+  if [[ ! -f "$SECRETS/passwords" ]]; then
+    local p
+    (
+      umask 077
+      for p in $PRINCIPALS keystore; do echo "$p=$(random_secret)"; done >"$SECRETS/passwords.tmp"
+    )
+    mv "$SECRETS/passwords.tmp" "$SECRETS/passwords"
+  fi
+  [[ -f "$SECRETS/broker.p12" && -f "$SECRETS/truststore.p12" && -f "$SECRETS/ca.pem" ]] \
+    && return 0
+  command -v keytool >/dev/null 2>&1 || die "keytool not found (it comes with the JDK/JRE)"
+  local ks san
+  ks="$(password_of keystore)"
+  san="SAN=IP:$HOST,DNS:localhost"
+  [[ "$ADVERTISED_HOST" =~ ^[0-9.]+$ ]] || san="$san,DNS:$ADVERTISED_HOST"
+  kt() { keytool -J-Xmx64m "$@" >>"$SECRETS/keytool.log" 2>&1; }
+  rm -f "$SECRETS"/*.p12 "$SECRETS"/*.pem "$SECRETS"/*.csr
+  say "making a throwaway CA and a broker certificate ($san) in $SECRETS"
+  kt -genkeypair -alias ca -keyalg RSA -keysize 2048 -validity 3650 -dname "CN=governor dev CA" \
+    -ext bc:c -ext KU=keyCertSign,cRLSign -keystore "$SECRETS/ca.p12" -storetype PKCS12 \
+    -storepass "$ks" || die "keytool: CA (log: $SECRETS/keytool.log)"
+  kt -exportcert -rfc -alias ca -keystore "$SECRETS/ca.p12" -storepass "$ks" \
+    -file "$SECRETS/ca.pem" || die "keytool: export the CA"
+  kt -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 825 -dname "CN=localhost" \
+    -ext "$san" -keystore "$SECRETS/broker.p12" -storetype PKCS12 -storepass "$ks" \
+    || die "keytool: broker key"
+  kt -certreq -alias broker -keystore "$SECRETS/broker.p12" -storepass "$ks" \
+    -file "$SECRETS/broker.csr" || die "keytool: broker CSR"
+  kt -gencert -rfc -alias ca -keystore "$SECRETS/ca.p12" -storepass "$ks" -validity 825 \
+    -ext "$san" -ext KU=digitalSignature,keyEncipherment -ext EKU=serverAuth,clientAuth \
+    -infile "$SECRETS/broker.csr" -outfile "$SECRETS/broker.pem" \
+    || die "keytool: sign the broker certificate"
+  kt -importcert -noprompt -alias ca -file "$SECRETS/ca.pem" -keystore "$SECRETS/broker.p12" \
+    -storepass "$ks" || die "keytool: CA into the keystore"
+  kt -importcert -noprompt -alias broker -file "$SECRETS/broker.pem" \
+    -keystore "$SECRETS/broker.p12" -storepass "$ks" || die "keytool: chain into the keystore"
+  kt -importcert -noprompt -alias ca -file "$SECRETS/ca.pem" -keystore "$SECRETS/truststore.p12" \
+    -storetype PKCS12 -storepass "$ks" || die "keytool: truststore"
+  chmod 600 "$SECRETS"/*
+}
+
+write_clients() {
+  mkdir -p "$CLIENTS"
+  chmod 700 "$CLIENTS"
+  cp "$SECRETS/ca.pem" "$CLIENTS/ca.pem"
+  local p pw
+  (
+    umask 077
+    for p in $PRINCIPALS; do
+      pw="$(password_of "$p")"
+      printf '%s' "$pw" >"$CLIENTS/$p.password"
+      cat >"$CLIENTS/$p.properties" <<EOF
+# $p on the secure governor broker (Java clients: --command-config, --producer.config)
+bootstrap.servers=$BOOTSTRAP
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$p" password="$pw";
+ssl.truststore.type=PEM
+ssl.truststore.location=$CLIENTS/ca.pem
+EOF
+      cat >"$CLIENTS/$p.librdkafka.conf" <<EOF
+# $p on the secure governor broker (kcat -F FILE, confluent-kafka)
+bootstrap.servers=$BOOTSTRAP
+security.protocol=SASL_SSL
+sasl.mechanisms=SCRAM-SHA-512
+sasl.username=$p
+sasl.password=$pw
+ssl.ca.location=$CLIENTS/ca.pem
+EOF
+    done
+  )
+  chmod 600 "$CLIENTS"/*
+}
+
+scram_args() {
+  local p
+  for p in $PRINCIPALS; do
+    printf -- '--add-scram\nSCRAM-SHA-512=[name=%s,password=%s]\n' "$p" "$(password_of "$p")"
+  done
+}
+
+provision() {
+  python_cmd
+  "${PY_ARGS[@]}" -m governor.kafka_provision apply --config "$CLIENTS/admin.librdkafka.conf" \
+    >"$INST/provision.log" 2>&1 || {
+    tail -n 20 "$INST/provision.log" >&2
+    die "provisioning topics and ACLs failed (log: $INST/provision.log)"
+  }
+  say "$(tail -n 1 "$INST/provision.log")"
+  say "client configs for each principal in $CLIENTS: <principal>.librdkafka.conf (kcat -F)," \
+    "<principal>.properties, <principal>.password; CA $CLIENTS/ca.pem"
+}
+
 # --- config -------------------------------------------------------------------------------------
 write_config() {
   mkdir -p "$DATA"
+  if ((SECURE)); then
+    write_secure_config
+    return
+  fi
   cat >"$CONF.tmp" <<EOF
 # written by deploy/kafka/kafka.sh; edits are overwritten on the next 'up'
 process.roles=broker,controller
@@ -178,6 +354,63 @@ EOF
   mv "$CONF.tmp" "$CONF"
 }
 
+# The secure broker: clients on SASL_SSL (SCRAM-SHA-512); the controller listener stays on
+# loopback with SASL PLAIN for admin alone (SCRAM credentials live in the metadata the controller
+# serves, so they cannot authenticate the controller itself).
+write_secure_config() {
+  local ks admin
+  ks="$(password_of keystore)"
+  admin="$(password_of admin)"
+  (
+    umask 077
+    cat >"$CONF.tmp" <<EOF
+# written by deploy/kafka/kafka.sh --secure; edits are overwritten on the next 'up'
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$HOST:$CPORT
+listeners=SASL_SSL://$LISTEN_HOST:$PORT,CONTROLLER://$HOST:$CPORT
+advertised.listeners=SASL_SSL://$ADVERTISED_HOST:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=SASL_SSL
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin" user_admin="$admin";
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin";
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$SECRETS/broker.p12
+ssl.keystore.password=$ks
+ssl.key.password=$ks
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$SECRETS/truststore.p12
+ssl.truststore.password=$ks
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin
+allow.everyone.if.no.acl.found=false
+log.dirs=$DATA
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=8
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# admin creates every topic (kafka_provision): nothing appears because a client asked for it
+auto.create.topics.enable=false
+delete.topic.enable=true
+log.cleaner.backoff.ms=1000
+log.retention.check.interval.ms=30000
+EOF
+  )
+  mv "$CONF.tmp" "$CONF"
+}
+
 format_storage() {
   [[ -f "$DATA/meta.properties" ]] && return 0
   local cluster_id
@@ -188,8 +421,10 @@ format_storage() {
     cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22)"
     echo "$cluster_id" >"$INST/cluster.id"
   fi
+  local scram=()
+  if ((SECURE)); then mapfile -t scram < <(scram_args); fi
   java -Xmx256m -cp "$LIB/*" kafka.tools.StorageTool format -t "$cluster_id" -c "$CONF" \
-    --ignore-formatted >>"$LOG" 2>&1 \
+    --ignore-formatted "${scram[@]+"${scram[@]}"}" >>"$LOG" 2>&1 \
     || { tail -n 20 "$LOG" >&2; die "formatting KRaft storage failed (log: $LOG)"; }
 }
 
@@ -200,12 +435,13 @@ cmd_up() {
   if pid="$(our_pid)"; then
     if metadata_ok; then
       say "already running (pid $pid)"
+      if ((SECURE)); then provision; fi
       echo "$BOOTSTRAP"
       return 0
     fi
     say "pid $pid is running but not answering yet; waiting"
   elif port_open "$PORT"; then
-    if metadata_ok; then
+    if ((!SECURE)) && metadata_ok; then
       say "a Kafka broker not started by this script already answers on $BOOTSTRAP; using it"
       echo "$BOOTSTRAP"
       return 0
@@ -216,6 +452,12 @@ cmd_up() {
   else
     need_java
     resolve
+    if ((SECURE)); then
+      [[ -f "$DATA/meta.properties" && ! -f "$SECRETS/passwords" ]] \
+        && die "$DATA holds a secure broker whose passwords are gone: kafka.sh reset --secure"
+      make_secrets
+      write_clients
+    fi
     write_config
     format_storage
     [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.1"
@@ -246,13 +488,29 @@ cmd_up() {
       die "broker exited during start (log: $LOG)"
     fi
     if port_open "$PORT" && metadata_ok; then
+      if ((SECURE)); then provision; fi
       echo "$BOOTSTRAP"
       return 0
     fi
-    sleep 0.2
+    sleep 0.5
   done
   tail -n 30 "$LOG" >&2 || true
   die "broker did not answer on $BOOTSTRAP within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
+}
+
+# In the foreground, for a container (compose.yaml): secrets, config and storage as `up` makes
+# them, then the broker replaces this shell. Provisioning is a separate one-shot there.
+cmd_run() {
+  need_java
+  resolve
+  if ((SECURE)); then
+    make_secrets
+    write_clients
+  fi
+  write_config
+  format_storage
+  exec java "-Xmx$HEAP" "-Xms$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -cp "$LIB/*" kafka.Kafka "$CONF"
 }
 
 cmd_down() {
@@ -293,7 +551,7 @@ cmd_status() {
 
 cmd_reset() {
   cmd_down
-  rm -rf "$DATA" "$INST/cluster.id"
+  rm -rf "$DATA" "$INST/cluster.id" "$SECRETS" "$CLIENTS"
   say "deleted $DATA"
 }
 
@@ -321,5 +579,7 @@ case "${1:-}" in
   reset) lock; cmd_reset ;;
   destroy) lock; cmd_destroy ;;
   logs) echo "$LOG" ;;
-  *) echo "usage: $0 up|down|status|resolve|reset|destroy|logs" >&2; exit 2 ;;
+  clients) echo "$CLIENTS" ;;
+  run) mkdir -p "$INST"; cmd_run ;;
+  *) echo "usage: $0 up|down|status|resolve|reset|destroy|logs|clients [--secure]" >&2; exit 2 ;;
 esac

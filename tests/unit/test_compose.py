@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from governor.cli import app
+from governor import kafka_provision
 from governor.settings import load_settings
 from governor_actuator.config import ActuatorSettings
 from governor_aggregator.main import AggregatorSettings
@@ -91,7 +90,13 @@ def test_environment_parses_into_the_typed_settings(name: str) -> None:
     _, prefix = GOVERNOR[name]
     for key in _env(SERVICES[name]):
         assert key.startswith(f"{prefix}_"), key
-    assert settings.kafka.bootstrap == "kafka:9092"
+    assert settings.kafka.bootstrap == "kafka:9094"
+    # SASL_SSL as the service's own principal, the password from the secrets volume
+    sec = settings.kafka.security
+    assert (sec.protocol, sec.username) == ("SASL_SSL", name)
+    clients = "/var/lib/governor/kafka/broker-9094/clients"
+    assert (sec.password_file, sec.ca_file) == (f"{clients}/{name}.password", f"{clients}/ca.pem")
+    assert "kafka-secrets:/var/lib/governor:ro" in SERVICES[name]["volumes"]
     host, port = _http(settings)
     assert host == "0.0.0.0", f"{name} must listen on all interfaces in a container"
     assert 1024 <= port <= 65535
@@ -126,21 +131,27 @@ def test_published_port_and_scrape_target_are_the_http_port(name: str) -> None:
     assert sd["names"] == [name] and sd["port"] == port
 
 
-def test_topics_one_shot_creates_the_topics_on_the_brokers_address() -> None:
+def test_topics_one_shot_provisions_topics_and_acls_as_admin() -> None:
     topics = SERVICES["topics"]
     command = topics["command"]
-    assert command == ["governor", "topics", "create", "--bootstrap", "kafka:9092"]
-    # The command exists in the CLI with those options.
-    result = CliRunner().invoke(app, ["topics", "create", "--help"])
-    assert result.exit_code == 0
-    assert "--bootstrap" in result.output
+    admin = "/var/lib/governor/kafka/broker-9094/clients/admin.librdkafka.conf"
+    assert command == ["python", "-m", "governor.kafka_provision", "apply", "--config", admin]
+    # The module's command line takes exactly that
+    with pytest.raises(SystemExit) as e:
+        kafka_provision.main(["apply", "--help"])
+    assert e.value.code == 0
     assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
     for name in GOVERNOR:
         assert SERVICES[name]["depends_on"]["topics"]["condition"] == (
             "service_completed_successfully"
         )
-    listeners = _env(SERVICES["kafka"])["KAFKA_ADVERTISED_LISTENERS"]
-    assert "PLAINTEXT://kafka:9092" in listeners.split(",")
+    kafka = _env(SERVICES["kafka"])
+    assert SERVICES["kafka"]["entrypoint"] == ["bash", "/governor/kafka.sh", "run", "--secure"]
+    assert (kafka["GOVERNOR_KAFKA_ADVERTISED_HOST"], kafka["GOVERNOR_KAFKA_SECURE_PORT"]) == (
+        "kafka",
+        "9094",
+    )
+    assert kafka["GOVERNOR_CACHE"] == "/var/lib/governor"
 
 
 def test_mounted_paths_exist_and_match_what_reads_them() -> None:

@@ -337,6 +337,48 @@ class DeciderCheckpoint(Event):
 T = TypeVar("T", bound=msgspec.Struct)
 
 
+# Kafka principals: one per service, plus `admin` (creates topics and ACLs at deploy time, a
+# super user), `viewer` (reads what `governor explain`/`ab` and subscribers read) and
+# `metrics-producer` (apps and load generators writing samples directly).
+Principal = Literal[
+    "collector",
+    "cluster-collector",
+    "aggregator",
+    "decider",
+    "actuator",
+    "admin",
+    "viewer",
+    "metrics-producer",
+]
+PRINCIPALS: tuple[Principal, ...] = (
+    "collector",
+    "cluster-collector",
+    "aggregator",
+    "decider",
+    "actuator",
+    "admin",
+    "viewer",
+    "metrics-producer",
+)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may touch one topic (or, `prefixed`, every topic whose name starts with `name`).
+
+    The ACLs are generated from these rows (`governor.kafka_acls`), so a topic cannot ship
+    without its rights. `groups` are the consumer groups that read it with committed offsets;
+    a reader without a group (a table reader) needs none. `creators` may create the topic
+    themselves: only a service's own internal topics (faust's), never the contract's."""
+
+    name: str
+    writers: tuple[Principal, ...] = ()
+    readers: tuple[Principal, ...] = ()
+    groups: tuple[tuple[Principal, str], ...] = ()
+    creators: tuple[Principal, ...] = ()
+    prefixed: bool = False
+
+
 @dataclass(frozen=True)
 class Topic(Generic[T]):
     name: str
@@ -346,16 +388,45 @@ class Topic(Generic[T]):
     compacted: bool = False
     partitions: int = 6
     retention_ms: int | None = 7 * 24 * 3600 * 1000
+    writers: tuple[Principal, ...] = ()
+    readers: tuple[Principal, ...] = ()
+    # (principal, consumer group id): the groups that consume this topic with committed offsets
+    groups: tuple[tuple[Principal, str], ...] = ()
 
     @property
     def dlq(self) -> str:
         return f"{self.name}.dlq"
 
+    @property
+    def access(self) -> Access:
+        return Access(self.name, self.writers, self.readers, self.groups)
+
+    @property
+    def dlq_access(self) -> Access:
+        """Every service reading a topic dead-letters what it cannot decode (the viewer only
+        reads); the viewer reads why."""
+        writers = tuple(r for r in self.readers if r != "viewer")
+        return Access(self.dlq, writers=writers, readers=("viewer",))
+
 
 METRICS: Topic[MetricSample] = Topic(
-    "governor.metrics", MetricSample, lambda m: m.workload, "workload"
+    "governor.metrics",
+    MetricSample,
+    lambda m: m.workload,
+    "workload",
+    writers=("collector", "metrics-producer"),
+    readers=("aggregator",),
+    groups=(("aggregator", "governor-aggregator"),),  # faust's group is its app id
 )
-LOAD: Topic[LoadWindow] = Topic("governor.load", LoadWindow, lambda w: w.workload, "workload")
+LOAD: Topic[LoadWindow] = Topic(
+    "governor.load",
+    LoadWindow,
+    lambda w: w.workload,
+    "workload",
+    writers=("aggregator",),
+    readers=("decider", "viewer"),
+    groups=(("decider", "governor-decider"),),
+)
 POLICIES: Topic[PolicyRecord] = Topic(
     "governor.policies",
     PolicyRecord,
@@ -364,6 +435,9 @@ POLICIES: Topic[PolicyRecord] = Topic(
     compacted=True,
     partitions=1,
     retention_ms=None,
+    # `governor policies apply` (no cluster) writes as admin
+    writers=("cluster-collector",),
+    readers=("collector", "cluster-collector", "decider"),
 )
 WORKLOADS: Topic[WorkloadState] = Topic(
     "governor.workloads",
@@ -372,6 +446,8 @@ WORKLOADS: Topic[WorkloadState] = Topic(
     "workload",
     compacted=True,
     retention_ms=None,
+    writers=("cluster-collector",),
+    readers=("cluster-collector", "decider"),
 )
 CLUSTER: Topic[NodeState] = Topic(
     "governor.cluster",
@@ -381,6 +457,8 @@ CLUSTER: Topic[NodeState] = Topic(
     compacted=True,
     partitions=1,
     retention_ms=None,
+    writers=("cluster-collector",),
+    readers=("cluster-collector", "decider"),
 )
 QUOTAS: Topic[QuotaState] = Topic(
     "governor.quotas",
@@ -401,15 +479,39 @@ QUEUES: Topic[QueueState] = Topic(
     retention_ms=None,
 )
 RECOMMENDATIONS: Topic[Recommendation] = Topic(
-    "governor.recommendations", Recommendation, lambda r: r.pool, "pool"
+    "governor.recommendations",
+    Recommendation,
+    lambda r: r.pool,
+    "pool",
+    writers=("decider",),
+    readers=("decider", "viewer"),
+    groups=(("decider", "governor-decider"),),
 )
 DECISIONS: Topic[ScaleDecision] = Topic(
-    "governor.decisions", ScaleDecision, lambda d: d.workload, "workload"
+    "governor.decisions",
+    ScaleDecision,
+    lambda d: d.workload,
+    "workload",
+    writers=("decider",),
+    readers=("actuator", "viewer"),
+    groups=(("actuator", "governor-actuator"),),
 )
 ACTUATIONS: Topic[Actuation] = Topic(
-    "governor.actuations", Actuation, lambda a: a.workload, "workload"
+    "governor.actuations",
+    Actuation,
+    lambda a: a.workload,
+    "workload",
+    writers=("actuator",),
+    readers=("viewer",),
 )
-SHORTFALLS: Topic[Shortfall] = Topic("governor.shortfalls", Shortfall, lambda s: s.pool, "pool")
+SHORTFALLS: Topic[Shortfall] = Topic(
+    "governor.shortfalls",
+    Shortfall,
+    lambda s: s.pool,
+    "pool",
+    writers=("decider",),
+    readers=("viewer",),
+)
 
 DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     "governor.decider-state",
@@ -418,6 +520,8 @@ DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     "workload",
     compacted=True,
     retention_ms=None,
+    writers=("decider",),
+    readers=("decider",),
 )
 
 TOPICS: tuple[Topic[Any], ...] = (
@@ -434,6 +538,35 @@ TOPICS: tuple[Topic[Any], ...] = (
     QUOTAS,
     QUEUES,
 )
+
+# The aggregator's faust app (id `governor-aggregator`) declares its own internal topics: the
+# changelog of its series table and the assignor's leader topic. They carry no governor type.
+AGGREGATOR_APP_ID = "governor-aggregator"
+AGGREGATOR_TABLE = "governor-aggregator-series"
+FAUST_TOPICS: tuple[Access, ...] = (
+    Access(
+        f"{AGGREGATOR_APP_ID}-{AGGREGATOR_TABLE}-changelog",
+        writers=("aggregator",),
+        readers=("aggregator",),
+        creators=("aggregator",),
+    ),
+    Access(
+        f"{AGGREGATOR_APP_ID}-__assignor-__leader",
+        writers=("aggregator",),
+        readers=("aggregator",),
+        creators=("aggregator",),
+    ),
+)
+
+
+def access_table() -> tuple[Access, ...]:
+    """Every topic governor uses, with who may write, read and create it: the contract's
+    topics, their dead-letter topics and faust's internal ones."""
+    return (
+        *(t.access for t in TOPICS),
+        *(t.dlq_access for t in TOPICS),
+        *FAUST_TOPICS,
+    )
 
 
 def topic_by_name(name: str) -> Topic[Any]:

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from governor.kafka_security import KafkaSecurity
+
 T = TypeVar("T")
 
 
@@ -28,6 +30,8 @@ class KafkaSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     bootstrap: str = "127.0.0.1:9092"
     client_id: str = "governor"
+    # SASL_SSL with a user per service in deployment (governor.kafka_security); plaintext locally
+    security: KafkaSecurity = msgspec.field(default_factory=KafkaSecurity)
 
 
 def _set_path(tree: dict[str, Any], path: list[str], value: str) -> None:

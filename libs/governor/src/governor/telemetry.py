@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -61,8 +62,10 @@ class HealthServer:
         ready: Callable[[], bool],
         registry: CollectorRegistry = REGISTRY,
         extra_routes: list[web.RouteDef] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host, self.port = host, port
+        self._ssl = ssl_context
         self._ready = ready
         self._registry = registry
         self._started = time.time()
@@ -92,7 +95,7 @@ class HealthServer:
         """Start serving; returns the bound port (useful with port 0)."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self._ssl)
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         if sockets:

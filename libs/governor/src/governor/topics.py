@@ -30,6 +30,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from governor.bus import BusUnavailable
 from governor.events import TOPICS, Topic
+from governor.kafka_security import aiokafka_options
 
 DLQ_RETENTION_MS = 14 * 24 * 3600 * 1000
 DLQ_PARTITIONS = 1
@@ -124,7 +125,10 @@ async def _admin(bootstrap: str, start_timeout_s: float) -> AIOKafkaAdminClient:
     deadline = time.monotonic() + start_timeout_s
     delay = 0.1
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="governor-admin")
+        # security from GOVERNOR_KAFKA_* (governor.kafka_security): on a secure broker, as admin
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="governor-admin", **aiokafka_options(None)
+        )
         try:
             await admin.start()
             return admin
@@ -271,7 +275,9 @@ async def _message_counts(bootstrap: str, descs: Sequence[TopicDescription]) -> 
 
     if not descs:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **aiokafka_options(None)
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(d.name, p) for d in descs for p in range(d.partitions)]

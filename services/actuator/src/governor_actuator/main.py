@@ -117,7 +117,11 @@ class Service:
         except KubeError as e:
             log.warning("API server not answering yet: %s", e)
         self.actuator = Actuator(kube, s)
-        self.producer = bus.Producer(s.kafka.bootstrap, client_id=f"{s.kafka.client_id}-actuator")
+        self.producer = bus.Producer(
+            s.kafka.bootstrap,
+            client_id=f"{s.kafka.client_id}-actuator",
+            security=s.kafka.security,
+        )
         await self.producer.start()
         self.consumer = bus.Consumer(
             s.kafka.bootstrap,
@@ -125,6 +129,7 @@ class Service:
             group_id=s.group_id,
             client_id=f"{s.kafka.client_id}-actuator",
             dlq_producer=self.producer,
+            security=s.kafka.security,
         )
         await self.consumer.start()
         log.info(

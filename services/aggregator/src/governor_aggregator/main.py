@@ -52,6 +52,7 @@ from governor.bus import (
     record_consumer_lag,
 )
 from governor.events import WindowKind
+from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.settings import KafkaSettings, load_settings
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
@@ -75,7 +76,7 @@ SERIES = Gauge("governor_aggregator_series", "Series (workload, metric, window) 
 
 class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
-    app_id: str = "governor-aggregator"
+    app_id: str = events.AGGREGATOR_APP_ID
     store: str = "memory://"
     stable_window_seconds: float = 60.0
     stable_hop_seconds: float = 10.0
@@ -146,10 +147,23 @@ class AggregatorApp(faust.App):
         return Transport(self.conf.broker_consumer, self, loop=self.loop)
 
 
+def broker_credentials(sec: KafkaSecurity) -> Any:
+    """faust's form of the Kafka security settings (None: plaintext)."""
+    if sec.protocol == "PLAINTEXT":
+        return None
+    ctx = ssl_context(sec) if sec.tls else None
+    if not sec.sasl:
+        return faust.SSLCredentials(ctx)
+    return faust.SASLCredentials(
+        username=sec.username, password=password(sec), ssl_context=ctx, mechanism=sec.mechanism
+    )
+
+
 def build_app(s: AggregatorSettings) -> faust.App:
     app = AggregatorApp(
         s.app_id,
         broker=f"kafka://{s.kafka.bootstrap}",
+        broker_credentials=broker_credentials(s.kafka.security),
         store=s.store,
         datadir=s.data_dir,
         topic_partitions=events.METRICS.partitions,
@@ -184,7 +198,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
     metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
     dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
     table = app.Table(
-        "governor-aggregator-series",
+        events.AGGREGATOR_TABLE,
         default=None,
         partitions=events.METRICS.partitions,
         key_type=bytes,

@@ -14,15 +14,21 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from governor.bus import Producer
+from governor.kube import Kube, connect
+from governor.push_auth import Caller
 from governor.settings import ConfigError
 from governor.telemetry import HealthServer, configure_logging
 from governor_collector.config import CollectorSettings, load
 from governor_collector.kafka import BusPublisher
+from governor_collector.openapi import openapi_route
 from governor_collector.policies import PolicyTable
+from governor_collector.push_auth import AuthUnavailable, KubeAuth, PushAuth, TokensFileAuth
 from governor_collector.scheduler import Scheduler
 from governor_collector.sources import SourceContext
 from governor_collector.sources.push import PUSH_HUB, PushHub, push_routes
@@ -39,6 +45,7 @@ class Collector:
             settings.kafka.bootstrap,
             client_id=settings.kafka.client_id,
             start_timeout_s=settings.start_timeout_seconds,
+            security=settings.kafka.security,
         )
         metrics_topic, policies_topic = settings.topics()
         self.publisher = BusPublisher(self.producer, metrics_topic)
@@ -54,18 +61,28 @@ class Collector:
             topic=policies_topic,
             client_id=f"{settings.kafka.client_id}-policies",
             start_timeout_s=settings.start_timeout_seconds,
+            security=settings.kafka.security,
         )
         self._stopping = False
+        self._kube_api: object = None
+        self.auth = _DeferredAuth()
+        if settings.push_auth == "tokens_file" and settings.push_tokens_file:
+            self.auth.use(TokensFileAuth.load(Path(settings.push_tokens_file)))
         self.server = HealthServer(
             settings.http_host,
             settings.http_port,
             self.ready,
-            extra_routes=push_routes(
-                self.publisher,
-                self.hub,
-                max_body_bytes=settings.push_max_body_bytes,
-                accepting=lambda: not self._stopping,
-            ),
+            extra_routes=[
+                *push_routes(
+                    self.publisher,
+                    self.hub,
+                    max_body_bytes=settings.push_max_body_bytes,
+                    accepting=lambda: not self._stopping,
+                    auth=None if settings.push_auth == "none" else self.auth,
+                ),
+                openapi_route(auth=settings.push_auth != "none"),
+            ],
+            ssl_context=_tls(settings),
         )
 
     @property
@@ -76,6 +93,9 @@ class Collector:
         return not self._stopping and self.producer.ready and self.policies.loaded
 
     async def start(self) -> None:
+        if self.settings.push_auth == "kubernetes":
+            self._kube_api = await connect(self.settings.kubeconfig)
+            self.auth.use(KubeAuth(Kube(self._kube_api), self.settings.push_token_audiences))
         await self.producer.start()
         await self.policies.start()
         await self.server.start()
@@ -98,7 +118,40 @@ class Collector:
         await self.scheduler.close()
         await self.ctx.close()
         await self.producer.stop()  # flushes
+        close = getattr(self._kube_api, "close", None)
+        if close is not None:
+            await close()
         log.info("collector stopped")
+
+
+class _DeferredAuth:
+    """The configured authenticator, known once the collector started (the API client is made
+    in the running loop); until then every push is refused as unavailable."""
+
+    def __init__(self) -> None:
+        self.inner: PushAuth | None = None
+
+    def use(self, inner: PushAuth) -> None:
+        self.inner = inner
+
+    def _get(self) -> PushAuth:
+        if self.inner is None:
+            raise AuthUnavailable("the collector is starting")
+        return self.inner
+
+    async def authenticate(self, token: str) -> Caller | None:
+        return await self._get().authenticate(token)
+
+    async def may_push(self, caller: Caller, namespaces: Sequence[str]) -> dict[str, bool]:
+        return await self._get().may_push(caller, namespaces)
+
+
+def _tls(settings: CollectorSettings) -> ssl.SSLContext | None:
+    if not settings.http_tls_cert_file or not settings.http_tls_key_file:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(settings.http_tls_cert_file, settings.http_tls_key_file)
+    return ctx
 
 
 async def run(settings: CollectorSettings) -> None:

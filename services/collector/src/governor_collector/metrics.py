@@ -40,6 +40,12 @@ POLICY_ERRORS = Counter(
 PUSH_REQUESTS = Counter(
     "governor_collector_push_requests", "POST /v1/samples requests, by status code.", ["code"]
 )
+PUSH_DENIALS = Counter(
+    "governor_collector_push_denials",
+    "POST /v1/samples requests refused by authentication or authorization, by reason "
+    "(missing_token, invalid_token, forbidden, auth_unavailable).",
+    ["reason"],
+)
 PUSH_LAST_SAMPLE = Gauge(
     "governor_collector_push_last_sample_timestamp_seconds",
     "When the newest pushed sample of an expected (workload, metric) arrived.",

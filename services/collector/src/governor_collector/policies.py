@@ -25,6 +25,7 @@ from aiokafka.errors import KafkaError
 
 from governor.bus import codec_for
 from governor.events import POLICIES, PolicyRecord, Topic
+from governor.kafka_security import KafkaSecurity, aiokafka_options
 from governor.spec import ScalingPolicy
 from governor_collector import metrics
 
@@ -55,8 +56,10 @@ class PolicyTable:
         topic: Topic[PolicyRecord] = POLICIES,
         client_id: str = "governor-collector-policies",
         start_timeout_s: float = 60.0,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic
         self.on_change = on_change
         self.client_id = client_id
@@ -78,6 +81,7 @@ class PolicyTable:
         while True:
             c = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,
+                **aiokafka_options(self.security),
                 client_id=self.client_id,
                 group_id=None,
                 enable_auto_commit=False,

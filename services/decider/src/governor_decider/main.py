@@ -162,7 +162,10 @@ class Decider:
             pending_grace=settings.pending_grace_seconds,
             allocation_margin=settings.allocation_margin,
         )
-        self.producer = Producer(settings.kafka.bootstrap, client_id="governor-decider")
+        sec = settings.kafka.security
+        self.producer = Producer(
+            settings.kafka.bootstrap, client_id="governor-decider", security=sec
+        )
         self.load_topic = dataclasses.replace(events.LOAD, name=settings.load_topic)
         self.recommendations_topic = dataclasses.replace(
             events.RECOMMENDATIONS, name=settings.recommendations_topic
@@ -174,6 +177,7 @@ class Decider:
             group_id=None,
             client_id="governor-decider-tables",
             dlq_producer=self.producer,
+            security=sec,
         )
         self.load = Consumer(
             settings.kafka.bootstrap,
@@ -183,6 +187,7 @@ class Decider:
             # A new group starts at the newest windows; a restarted one resumes from its commits.
             auto_offset_reset="latest",
             dlq_producer=self.producer,
+            security=sec,
         )
         self.journal = Journal(Path(settings.journal)) if settings.journal else None
         self.tables_loaded = False
@@ -199,17 +204,22 @@ class Decider:
         return self.tables_loaded and self.producer.ready and self.load.ready
 
     async def restore(self) -> None:
-        checkpoints = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE)
+        sec = self.s.kafka.security
+        checkpoints = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec)
         for cp in checkpoints.values():
             self.core.on_checkpoint(cp)
             if self.journal:
                 self.journal.checkpoint(cp)
-        policies = await read_table(self.s.kafka.bootstrap, events.POLICIES)
+        policies = await read_table(self.s.kafka.bootstrap, events.POLICIES, security=sec)
         for key, rec in policies.items():
             self._policy(key, rec)
-        for state in (await read_table(self.s.kafka.bootstrap, events.WORKLOADS)).values():
+        for state in (
+            await read_table(self.s.kafka.bootstrap, events.WORKLOADS, security=sec)
+        ).values():
             self._workload(state)
-        for node in (await read_table(self.s.kafka.bootstrap, events.CLUSTER)).values():
+        for node in (
+            await read_table(self.s.kafka.bootstrap, events.CLUSTER, security=sec)
+        ).values():
             self._node(node)
         for key, quota in (await read_table(self.s.kafka.bootstrap, events.QUOTAS)).items():
             self._quota(key, quota)
@@ -492,7 +502,8 @@ class Decider:
             log.debug(out.note, extra={"workload": workload})
 
     async def run(self) -> None:
-        if self.s.create_topics:
+        # On a secure broker the topics are admin's (governor.kafka_provision), not the decider's.
+        if self.s.create_topics and self.s.kafka.security.protocol == "PLAINTEXT":
             own = (self.load_topic, self.recommendations_topic, self.decisions_topic)
             topics = {t.name: t for t in (*events.TOPICS, *own)}
             await ensure_topics(self.s.kafka.bootstrap, topics.values())

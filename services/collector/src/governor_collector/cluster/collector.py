@@ -37,6 +37,7 @@ from prometheus_client import Counter
 from governor import bus
 from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
+from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
 from governor.quotas import PodGroup, Queue, ResourceQuota
 from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
@@ -60,6 +61,8 @@ class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fiel
     `GOVERNOR_CLUSTER_COLLECTOR_CONFIG`)."""
 
     bootstrap: str = "127.0.0.1:9092"
+    # governor.kafka_security: SASL_SSL as `cluster-collector` in deployment
+    kafka_security: KafkaSecurity = msgspec.field(default_factory=KafkaSecurity)
     kubeconfig: str | None = None  # None: in-cluster, else $KUBECONFIG / ~/.kube/config
     coalesce_ms: int = 200
     resync_seconds: float = 300.0
@@ -175,7 +178,9 @@ class ClusterCollector:
 
     async def _load_published(self) -> None:
         for table, topic in self.topics.items():
-            values = await bus.read_table(self.settings.bootstrap, topic)
+            values = await bus.read_table(
+                self.settings.bootstrap, topic, security=self.settings.kafka_security
+            )
             self.model.load_published(table, values)
             log.info("read %d keys from %s", len(values), topic.name)
 
@@ -186,14 +191,17 @@ class ClusterCollector:
         delay = 1.0
         while True:
             try:
-                if s.ensure_topics:
+                # on a secure broker the topics are admin's (governor.kafka_provision)
+                if s.ensure_topics and s.kafka_security.protocol == "PLAINTEXT":
                     from governor.topics import ensure_topics
 
                     for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
                         log.info("topics: %s", line)
                 if self.producer is None:
                     self.producer = bus.Producer(
-                        s.bootstrap, client_id="governor-cluster-collector"
+                        s.bootstrap,
+                        client_id="governor-cluster-collector",
+                        security=s.kafka_security,
                     )
                 await self.producer.start()
                 await self._load_published()

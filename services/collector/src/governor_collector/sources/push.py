@@ -16,8 +16,15 @@
   duplicates (the aggregator keys samples by workload, metric and timestamp).
 * Samples without a `source` get `source: "push"`.
 
-The endpoint takes samples for any workload: apps may produce to the metrics topic directly
-anyway (docs/topics.md), so restricting HTTP would protect nothing. A policy's `push` source
+Authentication (setting `push_auth`): `kubernetes` checks the bearer token with a TokenReview and
+each namespace of the batch with a SubjectAccessReview (create `scalingpolicies/samples`, group
+governor.dev); `tokens_file` maps tokens to namespaces without a cluster; `none` (local play)
+takes samples for any workload. No or a bad token: 401 `unauthenticated`; a sample outside the
+caller's namespaces: 403 `forbidden` with its `index` and `namespace`, and nothing of the batch
+is published; the API server not answering: 503 `auth_unavailable`. Denials are counted in
+`governor_collector_push_denials_total{reason}`; the token is never logged. On a secure broker
+only the `collector` and `metrics-producer` principals may write the metrics topic directly
+(docs/security.md), so the endpoint is the one way in for everyone else. A policy's `push` source
 marks its (workload, metric) as expected: `governor_collector_source_up` is 1 for it, and
 `governor_collector_push_last_sample_timestamp_seconds{workload,metric}` says when its newest
 sample arrived (the decider judges staleness from the samples themselves).
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 
@@ -34,13 +42,17 @@ import msgspec
 from aiohttp import web
 
 from governor.events import MetricSample
+from governor.push_auth import Caller, bearer_token, first_denied, namespaces
 from governor.spec import PushSource as PushSpec
 from governor_collector import metrics
+from governor_collector.push_auth import AuthUnavailable, PushAuth
 from governor_collector.sources.base import Publisher, PushedSource, register
 
 log = logging.getLogger("governor_collector.push")
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# A workload id: namespace/kind/name, none empty (the OpenAPI document says the same).
+WORKLOAD_PATTERN = r"^[^/]+/[^/]+/[^/]+$"
 PUSH_HUB = "push_hub"
 
 
@@ -58,6 +70,8 @@ class PushError(msgspec.Struct, omit_defaults=True):
     path: str | None = None
     reason: str | None = None
     limit_bytes: int | None = None
+    index: int | None = None  # the first bad sample (400) or the first outside the caller's (403)
+    namespace: str | None = None
 
 
 class BatchRejected(ValueError):
@@ -71,9 +85,20 @@ _decoder = msgspec.json.Decoder(SampleBatch)
 _encoder = msgspec.json.Encoder()
 
 
+_SAMPLE_INDEX = re.compile(r"^\$\.samples\[(\d+)\]")
+
+
 def _invalid(path: str, reason: str) -> BatchRejected:
+    m = _SAMPLE_INDEX.match(path)
     return BatchRejected(
-        400, PushError("invalid_batch", f"{reason} - at `{path}`", path=path, reason=reason)
+        400,
+        PushError(
+            "invalid_batch",
+            f"{reason} - at `{path}`",
+            path=path,
+            reason=reason,
+            index=int(m.group(1)) if m else None,
+        ),
     )
 
 
@@ -158,20 +183,89 @@ async def _read_limited(request: web.Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
+def _denied(status: int, reason: str, body: PushError) -> web.Response:
+    metrics.PUSH_DENIALS.labels(reason).inc()
+    metrics.PUSH_REQUESTS.labels(str(status)).inc()
+    response = _json(status, body)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="governor"'
+    return response
+
+
+async def _authenticate(auth: PushAuth, request: web.Request) -> Caller | web.Response:
+    token = bearer_token(request.headers.get("Authorization"))
+    if token is None:
+        return _denied(
+            401,
+            "missing_token",
+            PushError("unauthenticated", "send Authorization: Bearer <token>"),
+        )
+    try:
+        caller = await auth.authenticate(token)
+    except AuthUnavailable as e:
+        log.warning("push: %s", e)
+        return _denied(503, "auth_unavailable", PushError("auth_unavailable", f"{e}; retry"))
+    if caller is None:
+        return _denied(
+            401, "invalid_token", PushError("unauthenticated", "the bearer token is not valid")
+        )
+    return caller
+
+
+async def _authorize(
+    auth: PushAuth, caller: Caller, samples: Sequence[MetricSample]
+) -> web.Response | None:
+    workloads = [s.workload for s in samples]
+    try:
+        granted = await auth.may_push(caller, namespaces(workloads))
+    except AuthUnavailable as e:
+        log.warning("push: %s", e)
+        return _denied(503, "auth_unavailable", PushError("auth_unavailable", f"{e}; retry"))
+    denied = first_denied(workloads, lambda ns: granted.get(ns, False))
+    if denied is None:
+        return None
+    log.info(
+        "push: %s may not push for namespace %s; batch of %d rejected",
+        caller.user,
+        denied.namespace,
+        len(samples),
+    )
+    return _denied(
+        403,
+        "forbidden",
+        PushError(
+            "forbidden",
+            f"{caller.user} may not push samples for namespace {denied.namespace!r} (create "
+            f"scalingpolicies/samples); the whole batch was rejected",
+            path=f"$.samples[{denied.index}].workload",
+            index=denied.index,
+            namespace=denied.namespace,
+        ),
+    )
+
+
 def push_routes(
     publisher: Publisher,
     hub: PushHub,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     accepting: object = None,
+    auth: PushAuth | None = None,
 ) -> list[web.RouteDef]:
     """The `POST /v1/samples` route. `accepting`, if given, is a callable saying whether the
-    collector still takes samples (false while shutting down -> 503)."""
+    collector still takes samples (false while shutting down -> 503). `auth`: who may push for
+    which namespaces (None: anyone, for anything)."""
 
     async def handle(request: web.Request) -> web.Response:
         if callable(accepting) and not accepting():
             metrics.PUSH_REQUESTS.labels("503").inc()
             return _json(503, PushError("shutting_down", "the collector is stopping; retry"))
+        caller = None
+        if auth is not None:
+            who = await _authenticate(auth, request)
+            if isinstance(who, web.Response):
+                return who
+            caller = who
         body = await _read_limited(request, max_body_bytes)
         if body is None:
             metrics.PUSH_REQUESTS.labels("413").inc()
@@ -188,6 +282,10 @@ def push_routes(
         except BatchRejected as e:
             metrics.PUSH_REQUESTS.labels(str(e.status)).inc()
             return _json(e.status, e.body)
+        if auth is not None and caller is not None:
+            refused = await _authorize(auth, caller, samples)
+            if refused is not None:
+                return refused
         try:
             await publisher.publish(samples)
         except Exception as e:

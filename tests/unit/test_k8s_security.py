@@ -1,0 +1,62 @@
+"""The kustomize base runs every service on SASL_SSL as its own principal, from a Secret, and
+the collector's push endpoint with Kubernetes auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from governor.events import PRINCIPALS
+from governor.settings import load_settings
+from governor_actuator.config import ActuatorSettings
+from governor_aggregator.main import AggregatorSettings
+from governor_collector.config import CollectorSettings
+from governor_decider.main import DeciderSettings
+
+BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
+SETTINGS: dict[str, type[Any]] = {
+    "collector": CollectorSettings,
+    "aggregator": AggregatorSettings,
+    "decider": DeciderSettings,
+    "actuator": ActuatorSettings,
+}
+
+
+def _deployments() -> dict[str, dict[str, Any]]:
+    docs = yaml.safe_load_all((BASE / "deployments.yaml").read_text())
+    return {d["metadata"]["name"].removeprefix("governor-"): d for d in docs}
+
+
+@pytest.mark.parametrize("service", sorted(SETTINGS))
+def test_each_service_is_its_own_principal_from_its_secret(service: str) -> None:
+    s = load_settings(SETTINGS[service], "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
+    sec = s.kafka.security
+    assert (sec.protocol, sec.mechanism, sec.username) == ("SASL_SSL", "SCRAM-SHA-512", service)
+    assert service in PRINCIPALS
+    spec = _deployments()[service]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kafka"]["secret"]["secretName"] == f"governor-kafka-{service}"
+    assert sec.password_file == f"{mounts['kafka']}/password"
+    assert sec.ca_file == f"{mounts['kafka']}/ca.pem"
+
+
+def test_the_collector_authenticates_pushes_with_the_cluster() -> None:
+    s = load_settings(CollectorSettings, "UNUSED", env={}, file=BASE / "config" / "collector.yaml")
+    assert s.push_auth == "kubernetes"
+    rbac = list(yaml.safe_load_all((BASE / "rbac-push.yaml").read_text()))
+    delegator = next(d for d in rbac if d["kind"] == "ClusterRoleBinding")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"][0]["name"] == "governor-collector"
+    role = next(d for d in rbac if d["kind"] == "ClusterRole")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["governor.dev"],
+            "resources": ["scalingpolicies/samples"],
+            "verbs": ["create"],
+        }
+    ]
