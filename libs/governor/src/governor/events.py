@@ -468,6 +468,8 @@ QUOTAS: Topic[QuotaState] = Topic(
     compacted=True,
     partitions=1,
     retention_ms=None,
+    writers=("cluster-collector",),
+    readers=("cluster-collector", "decider"),
 )
 QUEUES: Topic[QueueState] = Topic(
     "governor.queues",
@@ -477,6 +479,8 @@ QUEUES: Topic[QueueState] = Topic(
     compacted=True,
     partitions=1,
     retention_ms=None,
+    writers=("cluster-collector",),
+    readers=("cluster-collector", "decider"),
 )
 RECOMMENDATIONS: Topic[Recommendation] = Topic(
     "governor.recommendations",
