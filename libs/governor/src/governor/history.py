@@ -1,13 +1,14 @@
 """A topic's history, read from the beginning: what `governor explain` shows.
 
-`History` assigns every partition of its topics, reads them to the end they had at start
-(`read_to_end`), then, if asked, goes on with what arrives (`follow`). Nothing is committed: no
-consumer group, no effect on the services. Undecodable records are skipped (the topic's own
+`History` reads every partition of its topics (no consumer group: all of them are its own) to
+the end they had at start (`read_to_end`), then, if asked, goes on with what arrives
+(`follow`). Nothing is committed, no effect on the services. Undecodable records are skipped (the topic's own
 consumer dead-letters them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -42,15 +43,21 @@ class History:
             await self._c.stop()
             self._c = None
 
-    async def _partitions(self) -> list[TopicPartition]:
-        assert self._c is not None
-        known = await self._c.topics()  # fetches the cluster's metadata
-        tps: list[TopicPartition] = []
-        for name in self.decoders:
-            if name in known:
-                parts = self._c.partitions_for_topic(name) or set()
-                tps += [TopicPartition(name, p) for p in sorted(parts)]
-        return tps
+    async def _partitions(self, timeout_s: float) -> set[TopicPartition]:
+        """Subscribe to the topics that exist; without a group the consumer is given all of
+        their partitions, reading from the beginning (auto_offset_reset=earliest)."""
+        c = self._c
+        assert c is not None
+        names = sorted(set(self.decoders) & await c.topics())
+        if not names:
+            return set()
+        c.subscribe(names)
+        deadline = time.monotonic() + timeout_s
+        while not c.assignment():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no partitions of {', '.join(names)} in {timeout_s:.0f}s")
+            await asyncio.sleep(0.05)
+        return set(c.assignment())
 
     def _decode(self, records: list[Any]) -> list[Message[Any]]:
         out: list[Message[Any]] = []
@@ -63,12 +70,10 @@ class History:
         """Every record of the topics, up to the end offsets they had when called."""
         c = self._c
         assert c is not None, "use `async with History(...)`"
-        tps = await self._partitions()
+        tps = await self._partitions(timeout_s)
         if not tps:
             return []
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        end = await c.end_offsets(tps)
+        end = await c.end_offsets(list(tps))
         out: list[Message[Any]] = []
         pending = {tp for tp in tps if end[tp] > 0}
         deadline = time.monotonic() + timeout_s
