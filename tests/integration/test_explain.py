@@ -9,6 +9,7 @@ started, then its outcome.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -87,6 +88,12 @@ def recommendation(workload: str, at: float) -> events.Recommendation:
         policy_generation=1,
         computed_at=at,
     )
+
+
+def run_cli(argv: list[str], env: dict[str, str]) -> str:
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
 
 
 def plugin_env(bootstrap: str, kubeconfig: Path) -> dict[str, str]:
@@ -171,14 +178,10 @@ async def test_kubectl_governor_explain_shows_decisions_outcomes_annotations_and
         await api.close()
     env = plugin_env(kafka_bootstrap, kubeconfig_path)
 
-    text = subprocess.run(
+    text = run_cli(
         [kubectl, "governor", "explain", workload],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+        env,
+    )
     print(text)
     assert f"{workload}: 2 decisions (oldest first)" in text
     assert "seq 1  1 -> 5  applied (applied)" in text
@@ -189,40 +192,40 @@ async def test_kubectl_governor_explain_shows_decisions_outcomes_annotations_and
     assert f"event:    Normal GovernorScaled: scaled 1->5 (seq 1, {first.decision_id})" in text
     assert "governor.dev/decision-seq: 1" in text
 
-    doc = subprocess.run(
+    doc = run_cli(
         [str(BIN / "governor"), "explain", workload, "-o", "json", "--last", "1"],
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=True,
-    ).stdout
+        env,
+    )
     x = msgspec.json.decode(doc, type=Explanation)
     assert [(e.seq, e.outcome, e.outcome_reason) for e in x.decisions] == [(2, "refused", "paused")]
     assert x.annotations["governor.dev/decision-id"] == first.decision_id
 
     # --follow: a decision made after it started, then its outcome, one JSON line each.
-    follow = subprocess.Popen(
-        [str(BIN / "governor"), "explain", workload, "-o", "json", "--follow", "--no-cluster"],
+    follow = await asyncio.create_subprocess_exec(
+        str(BIN / "governor"),
+        *("explain", workload, "-o", "json", "--follow", "--no-cluster"),
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         start_new_session=True,
     )
+    assert follow.stdout is not None
     try:
-        assert follow.stdout is not None
-        initial = msgspec.json.decode(follow.stdout.readline(), type=Explanation)
+        line = await asyncio.wait_for(follow.stdout.readline(), 60)
+        initial = msgspec.json.decode(line, type=Explanation)
         assert [e.seq for e in initial.decisions] == [1, 2]
         third = decision(workload, 3, 3, 6, time.time())
         async with Producer(kafka_bootstrap) as p:
             await p.send(events.DECISIONS, third)
-            new = msgspec.json.decode(follow.stdout.readline(), type=Explained)
+            line = await asyncio.wait_for(follow.stdout.readline(), 30)
+            new = msgspec.json.decode(line, type=Explained)
             assert (new.seq, new.outcome) == (3, "pending")
             await p.send(events.ACTUATIONS, actuation(third, "applied", "applied"))
-            done = msgspec.json.decode(follow.stdout.readline(), type=Explained)
+            line = await asyncio.wait_for(follow.stdout.readline(), 30)
+            done = msgspec.json.decode(line, type=Explained)
             assert (done.seq, done.outcome, done.to_replicas) == (3, "applied", 6)
     finally:
         follow.terminate()
-        follow.wait(10)
+        await follow.wait()
 
 
 def test_a_workload_that_is_not_namespace_kind_name_is_refused_with_the_form() -> None:

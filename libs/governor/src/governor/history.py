@@ -2,8 +2,8 @@
 
 `History` reads every partition of its topics (no consumer group: all of them are its own) to
 the end they had at start (`read_to_end`), then, if asked, goes on with what arrives
-(`follow`). Nothing is committed, no effect on the services. Undecodable records are skipped (the topic's own
-consumer dead-letters them).
+(`follow`). Nothing is committed, no effect on the services. Undecodable records are skipped
+(the topic's own consumer dead-letters them).
 """
 
 from __future__ import annotations
