@@ -1,6 +1,6 @@
 {{/* The services, in the kustomize base's order. */}}
 {{- define "governor.services" -}}
-collector aggregator decider actuator
+collector cluster-collector aggregator decider actuator
 {{- end -}}
 
 {{/* Labels on every object: the base's part-of, plus Helm's own. */}}
@@ -9,6 +9,11 @@ app.kubernetes.io/part-of: governor
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* GOVERNOR_<SERVICE>: the prefix of a service's settings variables. */}}
+{{- define "governor.envPrefix" -}}
+GOVERNOR_{{ upper . | replace "-" "_" }}
 {{- end -}}
 
 {{/* The kafka section of a service's config file (ConfigMap governor-config). */}}
