@@ -160,10 +160,10 @@ def test_sasl_ssl_takes_each_service_credentials_from_the_secret(helm: str) -> N
 
 def test_helm_install_on_the_dev_apiserver(helm: str, kubeconfig_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    # --take-ownership: other tests of this session may have applied the base's cluster-wide
-    # objects (same names, same content) already.
+    # --take-ownership, --force-conflicts: other tests (and earlier runs on this API server) may
+    # have applied the base's objects (same names) with kubectl already.
     args = [helm, "upgrade", "--install", "governor", str(CHART), "-n", NAMESPACE,
-            "--create-namespace", "--take-ownership",
+            "--create-namespace", "--take-ownership", "--force-conflicts",
             "--kubeconfig", str(kubeconfig_path)]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, check=False)
     print(done.stdout, done.stderr)
