@@ -42,7 +42,8 @@ missing_packages() { # the Debian packages whose command is not on PATH, once ea
       [[ "$seen" == *" $pkg "* ]] || seen="$seen$pkg "
     fi
   done
-  echo "$seen" | xargs
+  seen="${seen# }"
+  echo "${seen% }"
 }
 
 apt_runner() { # how this user runs apt-get: "" as root, "sudo -n" with password-less sudo
