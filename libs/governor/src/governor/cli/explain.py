@@ -29,6 +29,9 @@ KINDS = {  # the target kinds governor scales: kind -> (apiVersion, plural)
 
 
 class Records(msgspec.Struct):
+    """One workload's records (the topics hold every workload's: only its own are kept)."""
+
+    workload: str
     decisions: list[events.ScaleDecision] = msgspec.field(default_factory=list)
     actuations: list[events.Actuation] = msgspec.field(default_factory=list)
     recommendations: list[events.Recommendation] = msgspec.field(default_factory=list)
@@ -36,6 +39,8 @@ class Records(msgspec.Struct):
     def add(self, batch: Sequence[Message[Any]]) -> None:
         for m in batch:
             v = m.value
+            if v is None or v.workload != self.workload:
+                continue
             if isinstance(v, events.ScaleDecision):
                 self.decisions.append(v)
             elif isinstance(v, events.Actuation):
@@ -120,7 +125,7 @@ async def _explain(
     output: str,
     follow: bool,
 ) -> None:
-    records = Records()
+    records = Records(workload)
     async with History(bootstrap, TOPICS) as history:
         records.add(await history.read_to_end())
         annotations: dict[str, str] = {}
