@@ -184,7 +184,7 @@ async def test_kubectl_governor_explain_shows_decisions_outcomes_annotations_and
     )
     print(text)
     assert f"{workload}: 2 decisions (oldest first)" in text
-    assert "seq 1  1 -> 5  applied (applied)" in text
+    assert "seq 1  1 -> 5  applied\n" in text
     assert "seq 2  5 -> 3  refused (paused)" in text
     assert "bound by: rate_limit" in text
     assert "input:    rps=42 (target 10 AverageValue, wants 5" in text

@@ -104,13 +104,21 @@ def test_events_go_to_the_decision_they_name_annotations_only_governors() -> Non
     assert x.decisions[0].events == [mine]
     assert x.other_events == [other]
     assert x.annotations == {"governor.dev/decision-seq": "7"}
+    # an Event about a decision older than the ones shown goes with it
+    older = decision(6)
+    about_older = ClusterEvent(
+        at="2026-12-01T19:59:00Z", type="Normal", reason="GovernorScaled", message=older.decision_id
+    )
+    x = explain(WL, [older, d], events=[other, about_older, mine], last=1)
+    assert [e.seq for e in x.decisions] == [7]
+    assert x.other_events == [other]
 
 
 def test_text_names_time_from_to_rule_inputs_outcome() -> None:
     d = decision(1)
     x = explain(WL, [d], [actuation(d, "applied", "applied", 1002)], [recommendation(1000, 1)])
     text = render(x)
-    assert "1970-01-01 00:16:41.000Z  seq 1  1 -> 5  applied (applied)" in text
+    assert "1970-01-01 00:16:41.000Z  seq 1  1 -> 5  applied\n" in text
     assert "bound by: rate_limit" in text
     assert "rule:     metric rps=4.2: ceil(1 x 42 / 10) = 5" in text
     assert "input:    rps=42 (target 10 AverageValue)" in text

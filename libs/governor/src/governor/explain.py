@@ -64,7 +64,8 @@ class Explanation(msgspec.Struct, kw_only=True):
     workload: str
     decisions: list[Explained]
     annotations: dict[str, str] = msgspec.field(default_factory=dict)
-    # Events that name no decision shown here (older, or not about one).
+    # The newest Events that name no decision on the topics (another controller's, a refusal
+    # before any decision, ...).
     other_events: list[ClusterEvent] = msgspec.field(default_factory=list)
 
 
@@ -113,7 +114,9 @@ def explain(
         (r for r in recommendations if r.workload == workload), key=lambda r: r.computed_at
     )
     events = list(events)
-    used: set[int] = set()
+    # Events about decisions older than the ones shown are left out with them.
+    older = {d.decision_id for d in by_id.values()} - {d.decision_id for d in shown}
+    used = {i for i, e in enumerate(events) if any(o in e.message for o in older)}
     out: list[Explained] = []
     for d in shown:
         act = outcome.get(d.decision_id)
@@ -141,7 +144,7 @@ def explain(
         workload=workload,
         decisions=out,
         annotations=governor_annotations(annotations),
-        other_events=[e for i, e in enumerate(events) if i not in used],
+        other_events=[e for i, e in enumerate(events) if i not in used][-last:] if last else [],
     )
 
 
@@ -179,7 +182,7 @@ def _input(i: MetricInput) -> str:
 
 def render_entry(e: Explained) -> list[str]:
     head = f"{_time(e.at)}  seq {e.seq}  {e.from_replicas} -> {e.to_replicas}  {e.outcome}"
-    if e.outcome_reason:
+    if e.outcome_reason and e.outcome != "applied":  # applied: its reason is the rules below
         head += f" ({e.outcome_reason})"
     lines = [head, f"  bound by: {e.bound_by}", f"  decision: {e.decision_id}"]
     lines += [f"  rule:     {_reason(r)}" for r in e.reasons]

@@ -126,14 +126,15 @@ async def _explain(
     follow: bool,
 ) -> None:
     records = Records(workload)
+    annotations: dict[str, str] = {}
+    cluster_events: list[ClusterEvent] = []
+    # The cluster first: every Event and annotation then names a decision the topics hold.
+    if kubeconfig is not None:
+        annotations, cluster_events, note = await read_cluster(kubeconfig, workload)
+        if note:
+            typer.echo(f"cluster: {note}", err=True)
     async with History(bootstrap, TOPICS) as history:
         records.add(await history.read_to_end())
-        annotations: dict[str, str] = {}
-        cluster_events: list[ClusterEvent] = []
-        if kubeconfig is not None:
-            annotations, cluster_events, note = await read_cluster(kubeconfig, workload)
-            if note:
-                typer.echo(f"cluster: {note}", err=True)
         x = explain(
             workload,
             records.decisions,
