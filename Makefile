@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 ARGS ?=
 
-.PHONY: setup demo demo-stack demo-sim test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down clean
+.PHONY: setup components demo demo-stack demo-sim test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down helm clean
 
 setup:
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python >= 3.11"; exit 1; }
@@ -29,7 +29,13 @@ demo-sim: setup
 	$(UV) run --frozen governor simulate $(DEMO_ARGS)
 	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
 
-test: setup
+# Every real component the tests use (Debian packages, Kafka's jars, the dev kube-apiserver and
+# helm built from their Go modules): installed or built once, then cached. The same script as
+# .ci/run. The tests' fixtures start what they need and stop what they started.
+components:
+	bash deploy/components.sh ensure
+
+test: setup components
 	$(UV) run --frozen pytest $(ARGS)
 
 lint: setup
@@ -55,6 +61,9 @@ devcluster-up:
 
 devcluster-down:
 	bash deploy/devcluster/devcluster.sh down
+
+helm:
+	bash deploy/helm/helm.sh build
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache out

@@ -35,6 +35,9 @@ ADMIN_KUBECONFIG="$RUN_DIR/admin.kubeconfig"
 NEED_MB_COLD=4000 # module cache empty
 NEED_MB_WARM=3300 # modules already downloaded, build cache empty
 
+# shellcheck source=../lib/gobuild.sh
+source "$HERE/../lib/gobuild.sh"
+
 log() { echo "devcluster: $*" >&2; }
 die() {
   echo "devcluster: error: $*" >&2
@@ -108,7 +111,7 @@ cmd_build() {
   log "building kube-apiserver $(k8s_version) + etcd into $BIN"
   log "a first build takes 5-20 min on 2 cores, ~2 GiB RAM and ~3 GiB of Go caches; log: $BUILD_LOG"
   local start=$SECONDS
-  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go build -buildvcs=false -trimpath -ldflags="$(ldflags)" -o "$BIN.tmp" .) >"$BUILD_LOG" 2>&1; then
+  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress devcluster "$BUILD_LOG" "$BIN.tmp" . -buildvcs=false -trimpath -ldflags="$(ldflags)"); then
     tail -n 30 "$BUILD_LOG" >&2 || true
     die "build failed (full log: $BUILD_LOG)"
   fi

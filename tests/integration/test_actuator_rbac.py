@@ -97,7 +97,8 @@ def test_allowed_namespaces_agree_with_the_actuator_config() -> None:
     assert bound == set(actuator["allowed_namespaces"]) == {"default"}
     deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
     assert set(deployments) == {
-        f"governor-{s}" for s in ("collector", "aggregator", "decider", "actuator")
+        f"governor-{s}"
+        for s in ("collector", "cluster-collector", "aggregator", "decider", "actuator")
     }
     for name, d in deployments.items():
         (c,) = d["spec"]["template"]["spec"]["containers"]
@@ -205,13 +206,14 @@ async def test_actuator_reads_only_the_named_crds(admin: Kube, allowed_ns: str) 
 
 
 async def test_other_services(admin: Kube, allowed_ns: str) -> None:  # noqa: F811
-    collector = f"system:serviceaccount:{SYSTEM_NS}:governor-collector"
-    assert await can(admin, collector, "list", "pods")
-    assert await can(admin, collector, "watch", "scalingpolicies", group="governor.dev")
-    assert not await can(
-        admin, collector, "patch", "deployments", group="apps", namespace=allowed_ns
-    )
-    assert not await can(admin, collector, "get", "secrets", namespace=allowed_ns)
+    for sa in ("governor-collector", "governor-cluster-collector"):
+        collector = f"system:serviceaccount:{SYSTEM_NS}:{sa}"
+        assert await can(admin, collector, "list", "pods")
+        assert await can(admin, collector, "watch", "scalingpolicies", group="governor.dev")
+        assert not await can(
+            admin, collector, "patch", "deployments", group="apps", namespace=allowed_ns
+        )
+        assert not await can(admin, collector, "get", "secrets", namespace=allowed_ns)
     for svc in ("aggregator", "decider"):
         user = f"system:serviceaccount:{SYSTEM_NS}:governor-{svc}"
         assert not await can(admin, user, "list", "pods")

@@ -17,6 +17,7 @@ import yaml
 from governor.settings import load_settings
 from governor_actuator.config import ActuatorSettings
 from governor_aggregator.main import AggregatorSettings
+from governor_collector.cluster.collector import ClusterCollectorSettings
 from governor_collector.config import CollectorSettings
 from governor_decider.main import DeciderSettings
 from tests.support.ci import unavailable
@@ -32,6 +33,7 @@ HEADER = (
 )
 SETTINGS: dict[str, tuple[type[Any], str]] = {
     "collector": (CollectorSettings, "GOVERNOR_COLLECTOR"),
+    "cluster-collector": (ClusterCollectorSettings, "GOVERNOR_CLUSTER_COLLECTOR"),
     "aggregator": (AggregatorSettings, "GOVERNOR_AGGREGATOR"),
     "decider": (DeciderSettings, "GOVERNOR_DECIDER"),
     "actuator": (ActuatorSettings, "GOVERNOR_ACTUATOR"),
@@ -91,7 +93,7 @@ def test_service_monitor_selects_a_service_per_deployment_on_its_port() -> None:
         if o["kind"] == "Service" and selector.items() <= o["metadata"]["labels"].items()
     ]
     deployments = [d for d in _docs(BASE / "deployments.yaml") if d["kind"] == "Deployment"]
-    assert len(services) == len(deployments) == 4
+    assert len(services) == len(deployments) == 5
     port_name = monitor["spec"]["endpoints"][0]["port"]
     job_label = monitor["spec"]["jobLabel"]
     for d in deployments:
@@ -114,6 +116,8 @@ def _served_port(deployment: dict[str, Any]) -> tuple[str, int]:
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     file = BASE / "config" / Path(env[f"{prefix}_CONFIG"]).name
     s = load_settings(cls, prefix, env=env, file=file)
+    if hasattr(s, "metrics_port"):  # the cluster collector
+        return s.metrics_host, s.metrics_port
     return (s.http_host, s.http_port) if hasattr(s, "http_port") else (s.http.host, s.http.port)
 
 
@@ -139,7 +143,7 @@ def test_overlay_renders_with_kubectl_kustomize() -> None:
     rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
     ids = {(o["kind"], o["metadata"]["name"]) for o in rendered}
     assert ("ServiceMonitor", "governor") in ids and ("PrometheusRule", "governor") in ids
-    for name in ("collector", "aggregator", "decider", "actuator"):
+    for name in ("collector", "cluster-collector", "aggregator", "decider", "actuator"):
         assert ("Service", f"governor-{name}") in ids
         assert ("Deployment", f"governor-{name}") in ids  # the base is in
     rule = next(o for o in rendered if o["kind"] == "PrometheusRule")

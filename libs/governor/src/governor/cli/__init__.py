@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from governor.cli import cluster, demo, dev, importer, policies, scenario, schema, sim, topics
+from governor.cli import (
+    cluster,
+    demo,
+    dev,
+    explain,
+    importer,
+    policies,
+    scenario,
+    schema,
+    sim,
+    topics,
+)
 
 app = typer.Typer(
     name="governor",
@@ -13,5 +24,5 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (cluster, demo, dev, importer, policies, scenario, schema, sim, topics):
+for module in (cluster, demo, dev, explain, importer, policies, scenario, schema, sim, topics):
     module.register(app)

@@ -1,0 +1,101 @@
+"""A topic's history, read from the beginning: what `governor explain` shows.
+
+`History` reads every partition of its topics (no consumer group: all of them are its own) to
+the end they had at start (`read_to_end`), then, if asked, goes on with what arrives
+(`follow`). Nothing is committed, no effect on the services. Undecodable records are skipped
+(the topic's own consumer dead-letters them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from governor.bus import DeadLetter, Message, _Decoder, _start, default_bootstrap
+from governor.events import Topic
+
+
+class History:
+    def __init__(self, bootstrap: str | None, topics: Sequence[Topic[Any]]) -> None:
+        self.bootstrap = bootstrap or default_bootstrap()
+        self.decoders = {t.name: _Decoder(t, check_key=False) for t in topics}
+        self._c: AIOKafkaConsumer | None = None
+
+    async def __aenter__(self) -> History:
+        def make() -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
+
+        self._c = await _start(make, "history reader", self.bootstrap, 30.0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._c is not None:
+            await self._c.stop()
+            self._c = None
+
+    async def _partitions(self, timeout_s: float) -> set[TopicPartition]:
+        """Subscribe to the topics that exist; without a group the consumer is given all of
+        their partitions, reading from the beginning (auto_offset_reset=earliest)."""
+        c = self._c
+        assert c is not None
+        names = sorted(set(self.decoders) & await c.topics())
+        if not names:
+            return set()
+        c.subscribe(names)
+        deadline = time.monotonic() + timeout_s
+        while not c.assignment():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no partitions of {', '.join(names)} in {timeout_s:.0f}s")
+            await asyncio.sleep(0.05)
+        return set(c.assignment())
+
+    def _decode(self, records: list[Any]) -> list[Message[Any]]:
+        out: list[Message[Any]] = []
+        for rec in records:
+            with contextlib.suppress(DeadLetter):
+                out.append(self.decoders[rec.topic](rec))
+        return out
+
+    async def read_to_end(self, timeout_s: float = 60.0) -> list[Message[Any]]:
+        """Every record of the topics, up to the end offsets they had when called."""
+        c = self._c
+        assert c is not None, "use `async with History(...)`"
+        tps = await self._partitions(timeout_s)
+        if not tps:
+            return []
+        end = await c.end_offsets(list(tps))
+        out: list[Message[Any]] = []
+        pending = {tp for tp in tps if end[tp] > 0}
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            for tp in list(pending):
+                if await c.position(tp) >= end[tp]:
+                    pending.discard(tp)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading to the end took more than {timeout_s:.0f}s")
+            for tp, records in (await c.getmany(*pending, timeout_ms=500)).items():
+                out += self._decode([r for r in records if r.offset < end[tp]])
+        return out
+
+    async def follow(self, poll_ms: int = 500) -> AsyncIterator[list[Message[Any]]]:
+        """After `read_to_end`: each batch of new records, as they arrive (forever)."""
+        c = self._c
+        assert c is not None, "use `async with History(...)`"
+        while True:
+            batch: list[Message[Any]] = []
+            for records in (await c.getmany(timeout_ms=poll_ms)).values():
+                batch += self._decode(records)
+            if batch:
+                yield batch
