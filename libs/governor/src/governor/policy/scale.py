@@ -439,7 +439,12 @@ def evaluate(
         idle = idle_check(zero, active or failing is not None, last_active, now)
         last_active, cooled_down = idle.last_active, idle.cooled_down
 
+    # HPA's recordInitialRecommendation: the first sync of a target records its current
+    # replicas, whatever that sync then decides (bounds, invalid metrics, disabled), so a later
+    # stabilization window sees it exactly as long as HPA's does.
     history: list[tuple[float, int]] | None = None  # None: the history is left as it was
+    if not state.recommendations and behavior.horizon > 0:
+        history = [(now, current)]
     panic_since, panic_max, panic_over_at = state.panic_since, state.panic_max, state.panic_over_at
     actionable = True
     bound: Rule
@@ -558,10 +563,7 @@ def evaluate(
                     desired, bound = panicked, "panic"
 
         # --- stabilization and rate limits (HPA behavior) ---------------------------------------
-        past = state.recommendations
-        if not past and behavior.horizon > 0:
-            # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
-            past = [(now, current)]
+        past = state.recommendations if history is None else history
         st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
         history = record(past, desired, now, step_seconds, behavior.horizon)
         if st.replicas != desired:
