@@ -89,11 +89,12 @@ def terminating_ready(s: Sync) -> bool:
 
 
 def status_replicas(s: Sync) -> bool:
-    """An AverageValue target while status.replicas ≠ spec.replicas: HPA measures the per-pod
-    average against status.replicas (and returns it inside the tolerance); governor's
-    WorkloadState carries spec and ready replicas only."""
+    """status.replicas ≠ spec.replicas (pods not created yet): HPA measures an AverageValue
+    target against status.replicas, and counts as unready for cpu/memory only pods that exist;
+    governor's WorkloadState carries spec and ready replicas only, so it uses spec, and counts
+    spec − ready as unready."""
     return s.step.status_replicas != s.step.spec_replicas and any(
-        m.target_type == "AverageValue" for m in s.case.policy.metrics
+        m.target_type in ("AverageValue", "Utilization") for m in s.case.policy.metrics
     )
 
 

@@ -46,6 +46,39 @@ MAX_EXCLUDED_SHARE = 0.10
 STEP_SECONDS = 15.0  # HPA's sync period: evaluate's history bucket
 
 
+# What the agreeing syncs must include (at least MIN_COVERED each in a 10,000-case run): every
+# rule that can bind governor's decision in HPA's terms, and the inputs the issue names.
+MUST_COVER = (
+    "bound:metric", "bound:tolerance", "bound:readiness", "bound:stale_hold",
+    "bound:stabilization", "bound:rate_limit", "bound:disabled", "bound:min", "bound:max",
+    "select:Min", "select:Disabled", "tolerance:set",
+    "metric:cpu", "metric:memory", "metric:external/Value", "metric:external/AverageValue",
+    "metric:object/Value", "metric:object/AverageValue", "pods:pending", "pods:starting",
+    "pods:failed", "pods:terminating", "sync:later",
+)  # fmt: skip
+MIN_COVERED = 20
+
+
+def _covers(recipe: CaseRecipe, index: int, step: wire.Step, bound_by: str) -> list[str]:
+    """What one agreeing sync exercised, for the coverage count."""
+    p = recipe.policy
+    out = [f"bound:{bound_by}", "sync:later" if index else "sync:first"]
+    out += [
+        f"metric:{m.kind}" if m.kind in ("cpu", "memory") else f"metric:{m.kind}/{m.target_type}"
+        for m in p.metrics
+    ]
+    for rules_ in (p.scale_up, p.scale_down):
+        if rules_ is not None and rules_.select is not None:
+            out.append(f"select:{rules_.select}")
+        if rules_ is not None and rules_.tolerance_milli is not None:
+            out.append("tolerance:set")
+    pods = recipe.steps[index].pods
+    for state in ("pending", "starting", "failed", "terminating"):
+        if getattr(pods, state) and step.pods:
+            out.append(f"pods:{state}")
+    return out
+
+
 @pytest.fixture(scope="module")
 def harness_binary() -> Path:
     if shutil.which("go") is None:
@@ -112,6 +145,7 @@ def _explain(run: Run, index: int, step: wire.Step, ours: object, theirs: wire.S
 def test_evaluate_agrees_with_upstream_hpa(harness_binary: Path) -> None:
     runs = [Run(i, recipe) for i, recipe in enumerate(draw_cases(N_CASES))]
     syncs = 0
+    coverage: Counter[str] = Counter()
     with Harness(harness_binary) as harness:
         for index in range(max(len(r.recipe.steps) for r in runs)):
             batch: list[wire.Sync] = []
@@ -143,6 +177,7 @@ def test_evaluate_agrees_with_upstream_hpa(harness_binary: Path) -> None:
                     continue
                 run.compared += 1
                 run.state, run.decided = state, result.desired
+                coverage.update(_covers(run.recipe, index, step, result.bound_by))
         features = harness.features
 
     excluded = Counter(r.excluded for r in runs if r.excluded is not None)
@@ -152,9 +187,14 @@ def test_evaluate_agrees_with_upstream_hpa(harness_binary: Path) -> None:
         f"hpa-diff: excluded cases per rule (at their first matching sync): "
         f"{dict(sorted(excluded.items()))}, total {sum(excluded.values())}"
         f" ({sum(excluded.values()) / len(runs):.1%})\n"
-        f"hpa-diff: {len(divergences)} unexplained divergences"
+        f"hpa-diff: {len(divergences)} unexplained divergences\n"
+        f"hpa-diff: agreeing syncs by what bound governor's decision and what they held: "
+        f"{dict(sorted(coverage.items()))}"
     )
     assert features.get("HPAConfigurableTolerance"), "upstream must honour behavior tolerances"
     assert len(runs) >= N_CASES
     assert not divergences, "\n\n".join(divergences[:5])
     assert sum(excluded.values()) < MAX_EXCLUDED_SHARE * len(runs), excluded
+    if N_CASES >= 10_000:  # the draw reaches every rule HPA has, and each agreed many times
+        thin = {c: coverage[c] for c in MUST_COVER if coverage[c] < MIN_COVERED}
+        assert not thin, f"too few agreeing syncs for {thin}"
