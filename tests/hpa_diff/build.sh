@@ -63,7 +63,14 @@ cp "$HERE/main.go" "$SRC/main.go"
 for f in "${UPSTREAM_FILES[@]}"; do
   install -m 0644 "$upstream/$f" "$SRC/podautoscaler/$f"
 done
-patch --quiet -p1 -d "$SRC/podautoscaler" <"$HERE/clock.patch" || die "clock.patch does not apply to $version: regenerate it (README.md)"
+apply_patch() { # patch(1) where installed, else git's (the build dir is outside any repository)
+  if command -v patch >/dev/null 2>&1; then
+    patch --quiet -p1 -d "$SRC/podautoscaler" <"$HERE/clock.patch"
+  else
+    (cd "$SRC/podautoscaler" && git apply -p1 "$HERE/clock.patch")
+  fi
+}
+apply_patch || die "clock.patch does not apply to $version: regenerate it (README.md)"
 cp "$HERE/podautoscaler/governor_diff.go" "$SRC/podautoscaler/"
 
 start=$SECONDS
