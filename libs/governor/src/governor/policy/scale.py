@@ -52,6 +52,7 @@ from governor.policy.replicas import (
     raw_replicas,
     usage_ratio_replicas,
     utilization_replicas,
+    whole_percent,
 )
 from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
@@ -130,7 +131,7 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
 
 def _ratio(kind: str, value: float, target: float, current: int) -> float:
     if kind == "Utilization":
-        return math.floor(value) / target
+        return whole_percent(value) / target
     if kind == "Value":
         return value / target
     return value / (target * current) if current else math.inf
