@@ -300,6 +300,12 @@ func (c *hpaCase) sync(step *Step) Synced {
 	if c.status.last != nil { // the next sync starts from the status this one wrote
 		c.hpa, c.status.last = c.status.last, nil
 	}
+	// The pods are the step's alone; thousands of cases waiting for their next sync would
+	// otherwise hold every pod of their last one.
+	if err := c.indexer.Replace(nil, ""); err != nil {
+		panic(err)
+	}
+	c.metrics.step = nil
 	return out
 }
 

@@ -29,6 +29,8 @@ class Sync:
     inputs: ScaleInputs
     result: ScaleResult
     previous_decision: int | None  # what the previous sync decided (None: first sync)
+    # The scale events of the earlier syncs: (time, replicas added or, negative, removed).
+    events: tuple[tuple[float, int], ...] = ()
 
 
 def _pod_metrics(case: CaseRecipe) -> list[MetricRecipe]:
@@ -119,6 +121,23 @@ def value_direction(s: Sync) -> bool:
     return False
 
 
+def forgotten_event(s: Sync) -> bool:
+    """HPA keeps scale-up and scale-down events apart and, storing a new one, overwrites an
+    event of the same direction that is older than that direction's longest policy period
+    (storeScaleEvent), though the other direction's longer period still counts it; governor
+    keeps every event within the longest period of either direction."""
+    behavior = resolve(s.policy.behavior)
+    longest = {True: behavior.up.longest_period, False: behavior.down.longest_period}
+    now = s.step.at / 1000.0
+    for i, (at, change) in enumerate(s.events):
+        own, other = longest[change > 0], longest[change < 0]
+        if other <= own or now - at >= other:
+            continue
+        if any((c > 0) == (change > 0) and t - at > own for t, c in s.events[i + 1 :]):
+            return True
+    return False
+
+
 def panic(s: Sync) -> bool:
     """governor's panic mode (Knative) bound the decision: HPA has no panic window."""
     return any(r.rule == "panic" for r in s.result.reasons)
@@ -141,6 +160,7 @@ RULES: tuple[Rule, ...] = tuple(
         terminating_ready,
         status_replicas,
         value_direction,
+        forgotten_event,
         panic,
     )
 )

@@ -114,6 +114,7 @@ class Run:
     recipe: CaseRecipe
     state: ScaleState = field(default_factory=ScaleState)
     decided: int | None = None
+    events: list[tuple[float, int]] = field(default_factory=list)
     at_ms: int = EPOCH_MS
     excluded: str | None = None
     compared: int = 0
@@ -159,7 +160,16 @@ def test_evaluate_agrees_with_upstream_hpa(harness_binary: Path) -> None:
                 result, state = evaluate(
                     run.policy, inputs, run.state, step.at / 1000.0, step_seconds=STEP_SECONDS
                 )
-                sync = rules.Sync(run.recipe, index, step, run.policy, inputs, result, run.decided)
+                sync = rules.Sync(
+                    run.recipe,
+                    index,
+                    step,
+                    run.policy,
+                    inputs,
+                    result,
+                    run.decided,
+                    tuple(run.events),
+                )
                 run.excluded = rules.excluded_by(sync)
                 if run.excluded is not None:
                     continue
@@ -177,6 +187,8 @@ def test_evaluate_agrees_with_upstream_hpa(harness_binary: Path) -> None:
                     continue
                 run.compared += 1
                 run.state, run.decided = state, result.desired
+                if result.actionable and result.desired != step.spec_replicas:
+                    run.events.append((step.at / 1000.0, result.desired - step.spec_replicas))
                 coverage.update(_covers(run.recipe, index, step, result.bound_by))
         features = harness.features
 
