@@ -417,8 +417,13 @@ format_storage() {
   if [[ -f "$INST/cluster.id" ]]; then
     cluster_id="$(cat "$INST/cluster.id")"
   else
-    # 16 random bytes, base64url without padding: the format Kafka's random-uuid prints
-    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22)"
+    # 16 random bytes, base64url without padding: the format Kafka's random-uuid prints. Like
+    # Kafka's Uuid.randomUuid, never one starting with '-': the storage tool would take it for
+    # an option ("argument --cluster-id/-t: expected one argument"), once in 64 formats.
+    cluster_id=-
+    while [[ "$cluster_id" == -* ]]; do
+      cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22)"
+    done
     echo "$cluster_id" >"$INST/cluster.id"
   fi
   local scram=()

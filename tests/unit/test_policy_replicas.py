@@ -22,6 +22,7 @@ from governor.policy.replicas import (
     raw_replicas,
     usage_ratio_replicas,
     utilization_replicas,
+    whole_percent,
 )
 
 
@@ -225,3 +226,12 @@ def test_raw_replicas_is_the_untolerated_formula() -> None:
     assert raw_replicas("Value", 4, 4, 105.0, 100.0) == 5  # ceil(1.05 × 4)
     assert raw_replicas("Utilization", 4, 2, 99.9, 50.0) == 4  # floor(99.9)/50 × 2
     assert raw_replicas("Value", 0, 0, 300.0, 100.0) == 3  # at least one pod, as Knative
+
+
+def test_a_whole_percent_computed_in_floats_is_that_percent() -> None:
+    # Found by tests/integration/test_hpa_diff.py: 14 ready pods use 1819 m of 14 × 100 m, 3
+    # are pending. HPA: 181900 / 1700 = 107 % exactly → ceil(107/53 × 17) = 35. In floats,
+    # 1819/14 × 14 / 17 lands just under 107 and truncated to 106 gave 34.
+    assert utilization_replicas(17, 14, 1819 / 14, 53.0, DEFAULT_TOLERANCES) == 35
+    assert whole_percent(0.29 * 100) == 29  # 28.999999999999996
+    assert whole_percent(106.99) == 106

@@ -394,7 +394,24 @@ def test_TestScaleUpRCImmediately() -> None:
     spec = policy(metric("cpu", "Utilization", 80.0), min_replicas=2, max_replicas=6)
     r, state = step(spec, ScaleState(), 1, T0, cpu=0.0)
     assert (r.desired, r.bound_by) == (2, "min")
-    assert state.recommendations == []  # HPA records no recommendation on this path
+    # reconcileAutoscaler calls recordInitialRecommendation before the bounds check.
+    assert state.recommendations == [(T0, 1)]
+
+
+def test_initial_recommendation_ages_from_the_first_sync() -> None:
+    # Found by tests/integration/test_hpa_diff.py: the first sync goes straight to minReplicas;
+    # 437 s later a 122 s scale-up window must not hold the scale-up at the current replicas
+    # (HPA's initial recommendation dates from the first sync, not from the first metric one).
+    spec = policy(
+        metric("cpu", "Utilization", 60.0),
+        min_replicas=5,
+        max_replicas=9,
+        behavior={"scaleUp": rules(window=122)},
+    )
+    r, state = step(spec, ScaleState(), 1, T0, cpu=60.0)
+    assert (r.desired, r.bound_by) == (5, "min")
+    r, _ = step(spec, state, 5, T0 + 437, cpu=190.0)
+    assert (r.desired, r.bound_by) == (9, "max")
 
 
 def test_TestScaleDownRCImmediately() -> None:

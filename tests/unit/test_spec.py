@@ -5,7 +5,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from governor.spec import PolicyError, ScalingPolicy, policies_from_yaml, policy_from_obj
+from governor.spec import (
+    PolicyError,
+    ScalingPolicy,
+    ScalingPolicySpec,
+    hpa_compatible,
+    policies_from_yaml,
+    policy_from_obj,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 
@@ -113,3 +120,42 @@ def test_yaml_error_names_the_policy() -> None:
     text = EXAMPLE.read_text().replace("maxReplicas: 40", "maxReplicas: 1")
     with pytest.raises(PolicyError, match=r"^web: spec.maxReplicas"):
         policies_from_yaml(text)
+
+
+class _Switch(msgspec.Struct, rename="camel", frozen=True):
+    enabled: bool = True
+    horizon_seconds: float = 60.0
+
+
+class _WithSwitches(ScalingPolicySpec):
+    """A spec with the two sections hpa_compatible switches off (added to the real one later)."""
+
+    forecast: _Switch | None = None
+    event_reduction: _Switch | None = None
+
+
+def test_hpa_compatible_switches_off_forecast_and_event_reduction_only() -> None:
+    base = msgspec.convert(
+        {
+            "targetRef": {"kind": "Deployment", "name": "web"},
+            "maxReplicas": 5,
+            "metrics": [{"name": "q", "target": {"type": "Value", "value": 10}}],
+            "panic": {},
+        },
+        ScalingPolicySpec,
+    )
+    assert hpa_compatible(base) is base  # nothing to switch off
+    spec = _WithSwitches(
+        target_ref=base.target_ref,
+        max_replicas=5,
+        metrics=base.metrics,
+        panic=base.panic,
+        forecast=_Switch(horizon_seconds=90.0),
+        event_reduction=_Switch(),
+    )
+    out = hpa_compatible(spec)
+    assert isinstance(out, _WithSwitches)
+    assert out.forecast == _Switch(enabled=False, horizon_seconds=90.0)
+    assert out.event_reduction == _Switch(enabled=False)
+    assert out.panic == base.panic  # governor's other additions stay as set
+    assert spec.forecast is not None and spec.forecast.enabled  # the input is not changed

@@ -501,6 +501,28 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
         raise PolicyError("targetRef.task", "a Volcano Job target must name the task to scale")
 
 
+# The switches of governor's additions that change a decision HPA would make from the same
+# inputs: `spec.forecast.enabled` (proactive headroom) and `spec.eventReduction.enabled`
+# (hysteresis against small moves). Each section is a Struct with an `enabled` field.
+HPA_INCOMPATIBLE_SWITCHES = ("forecast", "event_reduction")
+
+
+def hpa_compatible(spec: ScalingPolicySpec) -> ScalingPolicySpec:
+    """The policy in its HPA-compatible mode: forecast and event reduction switched off.
+
+    The only place that turns them off (tests/hpa_diff compares this mode with the upstream HPA
+    code). The other additions (panic, fallback, scale to zero, replicaCap) stay as the user
+    set them: they are off unless set, and where set, docs/scalingpolicy.md names how they
+    differ from HPA. A section the policy does not have is left as it is.
+    """
+    changes: dict[str, Any] = {}
+    for field in HPA_INCOMPATIBLE_SWITCHES:
+        section = getattr(spec, field, None)
+        if section is not None and getattr(section, "enabled", False):
+            changes[field] = msgspec.structs.replace(section, enabled=False)
+    return msgspec.structs.replace(spec, **changes) if changes else spec
+
+
 # --- decoding ---------------------------------------------------------------------------------
 
 

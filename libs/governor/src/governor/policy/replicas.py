@@ -19,9 +19,20 @@ What cannot be ported because governor sees aggregates, not pods:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 DEFAULT_TOLERANCE = 0.1
+
+# A few ulps: the rounding a percentage picks up when computed in floats (usage / request ×
+# 100, or re-weighted over more pods), which Go's integer division does not have.
+_ULPS = 4 * sys.float_info.epsilon
+
+
+def whole_percent(utilization: float) -> int:
+    """HPA's Σusage×100/Σrequests in integers: the percent truncated, but a float that should
+    be a whole percent and landed a few ulps under it counts as that percent."""
+    return math.floor(utilization * (1.0 + _ULPS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +83,10 @@ def utilization_replicas(
     metric invalid for this evaluation.
     """
     if current == 0:
-        return math.ceil(math.floor(utilization) / target)
+        return math.ceil(whole_percent(utilization) / target)
     if ready <= 0:
         return None
-    ratio = math.floor(utilization) / target
+    ratio = whole_percent(utilization) / target
     unready = max(0, current - ready)
     if unready == 0 or ratio <= 1.0:
         # On scale-down unready pods are left out of the ratio altogether.
@@ -84,7 +95,7 @@ def utilization_replicas(
         return math.ceil(ratio * ready)
     # On scale-up unready pods count as using 0 % of their request: the ratio over all pods.
     # Recomputed as HPA does, Σusage×100/Σrequests truncated, over ready + unready pods.
-    new_ratio = math.floor(utilization * ready / (ready + unready)) / target
+    new_ratio = whole_percent(utilization * ready / (ready + unready)) / target
     if tol.within(new_ratio) or new_ratio < 1.0:
         # Too small a change, or counting the unready pods flips the direction: hold.
         return current
@@ -104,5 +115,5 @@ def raw_replicas(target_type: str, current: int, ready: int, value: float, targe
     if target_type == "AverageValue":
         return math.ceil(value / target)
     if target_type == "Utilization":
-        value = math.floor(value)
+        value = whole_percent(value)
     return math.ceil(value / target * max(1, ready))

@@ -52,6 +52,7 @@ from governor.policy.replicas import (
     raw_replicas,
     usage_ratio_replicas,
     utilization_replicas,
+    whole_percent,
 )
 from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
@@ -130,7 +131,7 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
 
 def _ratio(kind: str, value: float, target: float, current: int) -> float:
     if kind == "Utilization":
-        return math.floor(value) / target
+        return whole_percent(value) / target
     if kind == "Value":
         return value / target
     return value / (target * current) if current else math.inf
@@ -439,7 +440,12 @@ def evaluate(
         idle = idle_check(zero, active or failing is not None, last_active, now)
         last_active, cooled_down = idle.last_active, idle.cooled_down
 
+    # HPA's recordInitialRecommendation: the first sync of a target records its current
+    # replicas, whatever that sync then decides (bounds, invalid metrics, disabled), so a later
+    # stabilization window sees it exactly as long as HPA's does.
     history: list[tuple[float, int]] | None = None  # None: the history is left as it was
+    if not state.recommendations and behavior.horizon > 0:
+        history = [(now, current)]
     panic_since, panic_max, panic_over_at = state.panic_since, state.panic_max, state.panic_over_at
     actionable = True
     bound: Rule
@@ -558,10 +564,7 @@ def evaluate(
                     desired, bound = panicked, "panic"
 
         # --- stabilization and rate limits (HPA behavior) ---------------------------------------
-        past = state.recommendations
-        if not past and behavior.horizon > 0:
-            # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
-            past = [(now, current)]
+        past = state.recommendations if history is None else history
         st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
         history = record(past, desired, now, step_seconds, behavior.horizon)
         if st.replicas != desired:

@@ -1,0 +1,1 @@
+"""Differential test against the upstream HPA controller code (README.md)."""
