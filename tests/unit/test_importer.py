@@ -7,9 +7,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from governor.cli import app
 from governor.importer import ConversionError, convert
 from governor.spec import KafkaLagSource, PrometheusSource, ResourceSource, policies_from_yaml
+from governor_tools.cli import app
 
 DATA = Path(__file__).parent / "data" / "hpa-and-keda.yaml"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from governor.cli.cluster import render
 from governor.events import Device, NodeState
 from governor.inventory import summarize_pool
+from governor_tools.cli.cluster import render
 
 
 def test_render_pool_table() -> None:

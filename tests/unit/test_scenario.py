@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from governor.sim.scenario import (
+from governor_tools.sim.scenario import (
     RunResult,
     ScenarioError,
     load_scenario,
     run_scenario,
 )
-from governor.sim.scenario_report import write_outputs
+from governor_tools.sim.scenario_report import write_outputs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "scenarios" / "burst-vs-training.yaml"
 WEB, TRAIN = "sim/Deployment/web", "sim/PyTorchJob/trainer"

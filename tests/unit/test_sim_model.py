@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.sim import replicas as rm
-from governor.sim import traces
-from governor.sim.policies import default_policy, hpa_policy
-from governor.sim.replay import SimConfig, SimError, replay
-from governor.sim.runs import policy_evaluate, run_hpa
+from governor_tools.sim import replicas as rm
+from governor_tools.sim import traces
+from governor_tools.sim.policies import default_policy, hpa_policy
+from governor_tools.sim.replay import SimConfig, SimError, replay
+from governor_tools.sim.runs import policy_evaluate, run_hpa
 
 
 def test_csv_trace_holds_each_value_until_the_next_row() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from governor.cli import cluster, demo, dev, importer, policies, scenario, schema, sim, topics
+from governor_tools.cli import cluster, demo, dev, importer, policies, scenario, schema, sim, topics
 
 app = typer.Typer(
     name="governor",

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("out/demo-stack"), "--out", help="logs, timeline, report"),
     ) -> None:
         """Run governor end to end on local Kafka and kube-apiserver with simulated workloads."""
-        from governor.demo.run import Options, run
+        from governor_tools.demo.run import Options, run
 
         raise typer.Exit(
             run(Options(duration=duration, speed=speed, trace=trace, headless=headless, out=out))

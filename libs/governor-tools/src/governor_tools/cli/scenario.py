@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from governor.sim.scenario import ScenarioError, load_scenario, run_scenario
-from governor.sim.scenario_report import write_outputs
+from governor_tools.sim.scenario import ScenarioError, load_scenario, run_scenario
+from governor_tools.sim.scenario_report import write_outputs
 
 
 def register(app: typer.Typer) -> None:

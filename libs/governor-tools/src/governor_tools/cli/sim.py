@@ -9,11 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from governor.sim import report, traces
-from governor.sim.policies import default_policy, policies_from_file
-from governor.sim.replay import SimConfig, SimError, Summary
-from governor.sim.runs import HPA, run_all, write_outputs
 from governor.spec import PolicyError, ScalingPolicySpec
+from governor_tools.sim import report, traces
+from governor_tools.sim.policies import default_policy, policies_from_file
+from governor_tools.sim.replay import SimConfig, SimError, Summary
+from governor_tools.sim.runs import HPA, run_all, write_outputs
 
 GOVERNOR = "governor"
 HPA_NOTE = (

@@ -30,10 +30,10 @@ from typing import Any
 
 import aiohttp
 
-from governor.demo import scenario as sc
-from governor.demo.kwatch import Watch
-from governor.demo.metrics_api import PodUsage
 from governor.kube import Kube, KubeError, resource_path
+from governor_tools.demo import scenario as sc
+from governor_tools.demo.kwatch import Watch
+from governor_tools.demo.metrics_api import PodUsage
 
 log = logging.getLogger("governor.demo.kubelet")
 

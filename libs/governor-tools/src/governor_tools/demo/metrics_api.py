@@ -36,8 +36,8 @@ from typing import Any
 
 from aiohttp import web
 
-from governor.demo import scenario as sc
 from governor.kube import Kube
+from governor_tools.demo import scenario as sc
 
 log = logging.getLogger("governor.demo.metrics_api")
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from governor.demo import scenario as sc
-from governor.sim.replay import Run, SimConfig, Summary
-from governor.sim.runs import HPA, run_all
 from governor.spec import ScalingPolicySpec, policy_from_obj
+from governor_tools.demo import scenario as sc
+from governor_tools.sim.replay import Run, SimConfig, Summary
+from governor_tools.sim.runs import HPA, run_all
 
 if TYPE_CHECKING:
-    from governor.demo.run import Demo, Sample
+    from governor_tools.demo.run import Demo, Sample
 
 GOVERNOR_SIM = "governor (simulated)"
 

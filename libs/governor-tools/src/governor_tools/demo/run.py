@@ -18,15 +18,22 @@ import yaml
 
 from governor import events
 from governor.bus import Consumer
-from governor.demo import metrics_api
-from governor.demo import scenario as sc
-from governor.demo.kubelet import Kubelet
-from governor.demo.stack import CRDS, Busy, Stack, StackError, exclusive, missing_prerequisites
-from governor.demo.view import Board, Row, line, table
 from governor.inventory import parse_quantity
 from governor.kube import Kube, KubeError, connect
-from governor.sim import traces
 from governor.topics import ensure_topics
+from governor_tools.demo import metrics_api
+from governor_tools.demo import scenario as sc
+from governor_tools.demo.kubelet import Kubelet
+from governor_tools.demo.stack import (
+    CRDS,
+    Busy,
+    Stack,
+    StackError,
+    exclusive,
+    missing_prerequisites,
+)
+from governor_tools.demo.view import Board, Row, line, table
+from governor_tools.sim import traces
 
 Say = Callable[[str], None]
 MISSING_PREREQUISITES = 3  # exit code: the Makefile falls back to the simulator-only demo
@@ -389,7 +396,7 @@ def run(opts: Options, say: Say | None = None) -> int:
     if demo.timeline:
         demo.write_timeline()
         with contextlib.suppress(KeyboardInterrupt):
-            from governor.demo import report
+            from governor_tools.demo import report
 
             for path in report.write(demo, opts.out):
                 say(f"report: {path.resolve()}")

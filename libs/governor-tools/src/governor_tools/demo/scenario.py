@@ -29,7 +29,7 @@ from governor.inventory import (
     KUBEFLOW_REPLICA_LABEL,
     POOL_LABEL,
 )
-from governor.sim.traces import Trace, from_rows
+from governor_tools.sim.traces import Trace, from_rows
 
 NAMESPACE = "demo"
 POOL = "gpu-pool"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import msgspec
 
-from governor.sim.replay import METRIC, Pipeline, SimConfig, SimError
 from governor.spec import (
     Behavior,
     HPAScalingPolicy,
@@ -19,6 +18,7 @@ from governor.spec import (
     TargetRef,
     policies_from_yaml,
 )
+from governor_tools.sim.replay import METRIC, Pipeline, SimConfig, SimError
 
 HPA_SYNC_SECONDS = 15.0
 HPA_MAX_REPLICAS = 1000
@@ -66,7 +66,7 @@ def hpa_policy(config: SimConfig) -> ScalingPolicySpec:
 
 
 def default_policy_yaml() -> str:
-    return resources.files("governor.sim").joinpath("default_policy.yaml").read_text("utf-8")
+    return resources.files("governor_tools.sim").joinpath("default_policy.yaml").read_text("utf-8")
 
 
 def default_policy(config: SimConfig) -> ScalingPolicy:

@@ -31,9 +31,9 @@ import msgspec
 from governor import windows
 from governor.events import WorkloadState
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
-from governor.sim import replicas as rm
-from governor.sim.traces import Trace
 from governor.spec import MetricSpec, ScalingPolicySpec
+from governor_tools.sim import replicas as rm
+from governor_tools.sim.traces import Trace
 
 METRIC = "load"
 WORKLOAD = "sim/Deployment/workload"

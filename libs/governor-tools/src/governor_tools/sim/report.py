@@ -10,8 +10,8 @@ from pathlib import Path
 
 import msgspec
 
-from governor.sim.replay import Run, SimConfig, Summary
-from governor.sim.traces import Trace
+from governor_tools.sim.replay import Run, SimConfig, Summary
+from governor_tools.sim.traces import Trace
 
 ROW_HEADER = ("timestamp", "load", "replicas_requested", "replicas_ready")
 SUMMARY_COLUMNS = (

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from governor.sim import report
-from governor.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS, hpa_policy
-from governor.sim.replay import Evaluate, Run, SimConfig, replay
-from governor.sim.traces import Trace
 from governor.spec import ScalingPolicySpec
+from governor_tools.sim import report
+from governor_tools.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS, hpa_policy
+from governor_tools.sim.replay import Evaluate, Run, SimConfig, replay
+from governor_tools.sim.traces import Trace
 
 HPA = "hpa"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from governor.sim.scenario import RunResult, ScenarioResult, ScenarioSpec
+from governor_tools.sim.scenario import RunResult, ScenarioResult, ScenarioSpec
 
 RUN_TITLES = {
     "rebalance": "rebalance (stage 2: priorities, damping)",
