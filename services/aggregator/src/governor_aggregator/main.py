@@ -24,6 +24,7 @@ whole window.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import math
@@ -51,8 +52,9 @@ from governor.bus import (
     codec_for,
     record_consumer_lag,
 )
+from governor.entry import service_settings
 from governor.events import WindowKind
-from governor.settings import KafkaSettings, load_settings
+from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
     SeriesWindows,
@@ -62,6 +64,7 @@ from governor.windows import (
     ingest_many,
     to_load_window,
 )
+from governor_aggregator.cli import PREFIX
 from governor_aggregator.transport import Transport
 
 log = logging.getLogger("governor.aggregator")
@@ -430,8 +433,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
     return app
 
 
-def main() -> None:
-    settings = load_settings(AggregatorSettings, "GOVERNOR_AGGREGATOR")
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_aggregator.cli)."""
+    settings = service_settings(parser, args, AggregatorSettings, PREFIX)
     app = build_app(settings)
     # faust (mode) configures logging itself: hand it ours, one JSON object per line.
     logging_config = {
@@ -452,7 +456,3 @@ def main() -> None:
     # so that every debug record (one per message produced) is built and handed to it.
     worker.spinner = None
     worker.execute_from_commandline()
-
-
-if __name__ == "__main__":
-    main()

@@ -19,6 +19,7 @@ I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import logging
@@ -35,10 +36,12 @@ from prometheus_client import Counter, Gauge, Histogram
 from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
 from governor.decider import DeciderCore, Outputs
+from governor.entry import service_settings
 from governor.policy import devices as dev
-from governor.settings import KafkaSettings, load_settings
+from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
+from governor_decider.cli import PREFIX
 from governor_decider.journal import Journal
 
 log = logging.getLogger("governor.decider")
@@ -505,8 +508,9 @@ class Decider:
         self._stop.set()
 
 
-def main() -> None:
-    settings = load_settings(DeciderSettings, "GOVERNOR_DECIDER")
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_decider.cli)."""
+    settings = service_settings(parser, args, DeciderSettings, PREFIX)
     configure_logging("decider", settings.log_level)
     decider = Decider(settings)
 
@@ -517,7 +521,3 @@ def main() -> None:
         await decider.run()
 
     asyncio.run(amain())
-
-
-if __name__ == "__main__":
-    main()
