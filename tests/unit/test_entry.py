@@ -58,9 +58,7 @@ def test_a_services_help_has_the_shared_shape_and_loads_no_client(script: str) -
         "    assert e.code == 0, e.code\n"
         f"print(sorted(m for m in {CLIENTS!r} if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: {script} [-h] [--config FILE]")
     assert "_CONFIG" in done.stdout
