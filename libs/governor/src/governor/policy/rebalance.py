@@ -4,7 +4,7 @@
 last asked for) and the pool's nodes into a replica target per workload, with reasons, and the
 capacity shortfalls:
 
-1. each recommendation within its policy's bounds (`stages.bound`) becomes a `Demand`;
+1. each recommendation within its policy's bounds (`recommend.bound`) becomes a `Demand`;
 2. `allocate` over the pool's nodes, with the previous allocation handed back (hysteresis, stable
    placement). Failed nodes, GPUs and NICs are simply absent from the inventory (not ready, not
    schedulable, unhealthy devices), so replicas that counted on them are re-placed or lost, and
@@ -31,7 +31,7 @@ import msgspec
 from governor.events import NodeState, Reason, Recommendation, Shortfall
 from governor.policy import elastic as el
 from governor.policy.allocate import DEFAULT_MARGIN, Allocation, Demand, Grant, allocate
-from governor.policy.stages import bound
+from governor.policy.recommend import bound
 from governor.spec import ElasticSpec
 
 RESOLVED = "resolved"

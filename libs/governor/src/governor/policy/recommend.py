@@ -1,4 +1,4 @@
-"""The decider's two stages as pure functions, around `evaluate`.
+"""The decider's two stages around `evaluate`, as pure functions: windows to a Recommendation.
 
 Stage 1 (per workload): the newest windows -> MetricObservations -> `evaluate` -> Recommendation.
 Stage 2 (per pool): Recommendation -> the replicas to ask for. Without a capacity view this is the
