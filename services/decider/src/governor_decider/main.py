@@ -193,7 +193,9 @@ class Decider:
         self._evaluated: dict[str, float] = {}
         # Labelled children of the per-workload gauges (labels() per evaluation was a tenth of
         # the decider's time at 1,000 workloads), by (metric name, labels); the workload first.
-        self._children: dict[tuple[str, ...], Any] = {}
+        # (metric, *labels) -> child: every per-workload series goes through _child, so that
+        # _forget knows the label sets to remove without reading the metric's internals.
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
 
@@ -241,21 +243,12 @@ class Decider:
         """Drop a deleted policy's per-workload series (bounded label sets)."""
         self._evaluated.pop(workload, None)
         for key in [k for k in self._children if k[1] == workload]:
+            metric, *labels = key
+            metric.remove(*labels)
             del self._children[key]
-        for metric in (
-            REPLICAS,
-            PANIC,
-            WORKLOAD_DECISIONS,
-            METRIC_VALUE,
-            METRIC_TARGET,
-            SHORTFALL_REPLICAS,
-            ELASTIC_RESTARTS,
-        ):
-            for labels in [k for k in metric._metrics if k[0] == workload]:
-                metric.remove(*labels)
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
+        key = (metric, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
@@ -277,7 +270,9 @@ class Decider:
                     allocated[r] = allocated.get(r, 0.0) + grant.replicas * a
             for r, a in grant.missing.items():
                 short[r] = short.get(r, 0.0) + a
-            SHORTFALL_REPLICAS.labels(workload, pool).set(max(0, grant.wanted - grant.replicas))
+            self._child(SHORTFALL_REPLICAS, workload, pool).set(
+                max(0, grant.wanted - grant.replicas)
+            )
         for r, a in alloc.capacity.items():
             POOL_CAPACITY.labels(pool, r).set(a)
         for r, a in allocated.items():
@@ -448,7 +443,7 @@ class Decider:
             if rec.elastic:
                 observed = self.core.workloads.get(workload)
                 if observed is not None:
-                    ELASTIC_RESTARTS.labels(workload).set(observed.restarts)
+                    self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
         d = out.decision
         if d is not None:
             acks.append(await self.producer.publish(self.decisions_topic, d))
@@ -461,7 +456,7 @@ class Decider:
                 if d.to_replicas < d.from_replicas
                 else "same"
             )
-            WORKLOAD_DECISIONS.labels(workload, direction, rule).inc()
+            self._child(WORKLOAD_DECISIONS, workload, direction, rule).inc()
             log.info(
                 "decision %d -> %d",
                 d.from_replicas,

@@ -242,10 +242,8 @@ class MetricsServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=ctx)
         await site.start()
-        server = site._server
-        if self.port == 0 and server is not None:
-            sockets = getattr(server, "sockets", None) or []
-            self.port = int(sockets[0].getsockname()[1])
+        if self.port == 0 and self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         if self._runner is not None:
