@@ -196,11 +196,3 @@ def seconds(trace: Trace) -> Iterator[tuple[float, float]]:
             i += 1
         yield t, vs[i]
         t += 1.0
-
-
-def write_csv(trace: Trace, path: Path) -> None:
-    with path.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["timestamp", "value"])
-        for t, v in zip(trace.timestamps, trace.values, strict=True):
-            out.writerow([str(int(t)) if t.is_integer() else repr(t), repr(v)])

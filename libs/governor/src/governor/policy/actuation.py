@@ -36,7 +36,6 @@ import msgspec
 from governor.events import Reason, ScaleDecision
 from governor.spec import ScalingPolicy, TargetRef
 
-ANNOTATION_PREFIX = "governor.dev/"
 ANN_SEQ = "governor.dev/decision-seq"
 ANN_ID = "governor.dev/decision-id"
 ANN_REASON = "governor.dev/decision-reason"

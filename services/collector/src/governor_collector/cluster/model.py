@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from prometheus_client import Counter
 
-from governor.events import Event, NodeState, PolicyRecord, WorkloadState
+from governor.events import Event
 from governor.inventory import (
     POOL_LABEL,
     DeviceObject,
@@ -419,7 +419,3 @@ class ClusterModel:
             self.published[change.table].pop(change.key, None)
         else:
             self.published[change.table][change.key] = change.value
-
-
-def published_types() -> dict[Table, type[Event]]:
-    return {"policies": PolicyRecord, "workloads": WorkloadState, "cluster": NodeState}
