@@ -16,14 +16,8 @@ SCRIPT = ROOT / "tools" / "check_structure.py"
 # aiokafka internals without a public replacement in aiokafka 0.14 (topic metadata waits,
 # connection state, fetch positions).
 _NOT_YET: dict[str, list[str]] = {
-    "libs/governor-tools/src/governor_tools/cli/sim.py": [
-        "long-function: register",
-    ],
     "libs/governor-tools/src/governor_tools/demo/report.py": [
         "long-function: write",
-    ],
-    "libs/governor-tools/src/governor_tools/sim/replay.py": [
-        "long-function: replay",
     ],
     "libs/governor-tools/src/governor_tools/sim/scenario.py": [
         "long-function: simulate",

@@ -162,6 +162,41 @@ def _stat(acc: windows.WindowAcc | None, aggregation: windows.Aggregation) -> fl
     return {"mean": acc.mean, "max": acc.max, "p95": acc.p95}[aggregation]
 
 
+def _observe(
+    stable: _Feed,
+    panic: _Feed | None,
+    pending: list[tuple[float, int, float]],
+    now: float,
+    aggregation: windows.Aggregation,
+) -> MetricObservation:
+    """What the windows show the policy at `now`, once the pending seconds are in."""
+    stable.ingest(pending, now)
+    if panic is not None:
+        panic.ingest(pending, now)
+    s = stable.latest(now)
+    p = panic.latest(now) if panic is not None else None
+    return MetricObservation(
+        metric=METRIC,
+        stable=_stat(s, aggregation),
+        panic=_stat(p, aggregation),
+        newest_sample=max((a.newest for a in (s, p) if a is not None), default=None),
+    )
+
+
+def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> WorkloadState:
+    ready = model.ready(now)
+    # The workloads topic is compacted and the collector publishes on change, so the state the
+    # policy reads is dated when the target last changed (a replica patched or one becoming
+    # ready), not when it is read: the policy dates scale events by it.
+    latest_ready = model.ready_at[ready - 1] if ready else changed_at
+    return WorkloadState(
+        workload=WORKLOAD,
+        spec_replicas=model.requested,
+        ready_replicas=ready,
+        observed_at=max(changed_at, latest_ready),
+    )
+
+
 def replay(
     name: str,
     trace: Trace,
@@ -195,30 +230,11 @@ def replay(
 
     def decide(now: float, load: float) -> None:
         nonlocal model, state, pending, events, changed_at
-        stable.ingest(pending, now)
-        if panic is not None:
-            panic.ingest(pending, now)
+        observation = _observe(stable, panic, pending, now, pipe.aggregation)
         pending = []
-        s = stable.latest(now)
-        p = panic.latest(now) if panic is not None else None
-        observation = MetricObservation(
-            metric=METRIC,
-            stable=_stat(s, pipe.aggregation),
-            panic=_stat(p, pipe.aggregation),
-            newest_sample=max((a.newest for a in (s, p) if a is not None), default=None),
+        inputs = ScaleInputs(
+            workload=_workload_state(model, now, changed_at), observations={METRIC: observation}
         )
-        ready = model.ready(now)
-        # The workloads topic is compacted and the collector publishes on change, so the state
-        # the policy reads is dated when the target last changed (a replica patched or one
-        # becoming ready), not when it is read: the policy dates scale events by it.
-        latest_ready = model.ready_at[ready - 1] if ready else changed_at
-        workload = WorkloadState(
-            workload=WORKLOAD,
-            spec_replicas=model.requested,
-            ready_replicas=ready,
-            observed_at=max(changed_at, latest_ready),
-        )
-        inputs = ScaleInputs(workload=workload, observations={METRIC: observation})
         result, state = evaluate(policy, inputs, state, now, step_seconds=step)
         if result.actionable and result.desired != model.requested:
             model = rm.scale(model, result.desired, now, config.startup_seconds)
