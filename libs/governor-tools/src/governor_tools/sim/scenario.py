@@ -377,22 +377,12 @@ def _schedule(
     return alloc
 
 
-def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
-    wls = [
-        Workload(spec, w) for w in spec.workloads if not (run == "alone" and w.kind == "training")
-    ]
+def _warm_start(
+    wls: list[Workload], nodes: dict[str, NodeState], rebalance: bool, t0: float
+) -> tuple[dict[str, _Pods], Allocation]:
+    """Start warm: what each policy asks for at t = 0; with rebalance what the pool grants of it
+    (as if the decider had been running), without it the pods that do not fit are pending."""
     by_id = {wl.id: wl for wl in wls}
-    nodes = build_nodes(spec)
-    core = DeciderCore(step_seconds=spec.tick_seconds)
-    rebalance = run != "no-rebalance"
-    t0, tick = spec.start, spec.tick_seconds
-    for wl in wls:
-        core.on_policy(wl.policy.key, wl.policy)
-    if rebalance:
-        for n in nodes.values():
-            core.on_node(n)
-    # Start warm: what each policy asks for at t = 0; with rebalance what the pool grants of it
-    # (as if the decider had been running), without it the pods that do not fit are pending.
     wants = [wl.demand(wl.initial_desire(), 0) for wl in wls]
     first = allocate(
         [
@@ -405,6 +395,95 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
     for want in wants:
         granted = first.grants[want.workload].replicas
         pods[want.workload] = _Pods(granted if rebalance else want.want, granted, t0 - 3600.0)
+    return pods, first
+
+
+def _score_second(
+    wl: Workload,
+    p: _Pods,
+    sm: WorkloadSummary,
+    t_abs: float,
+    load: float,
+    left: float,
+    offered: dict[str, float],
+    served: dict[str, float],
+) -> None:
+    """One second of one workload: GPU hours, and progress and restarts or served load."""
+    ready = p.ready(t_abs)
+    sm.gpu_hours += p.bound * wl.gpus / 3600.0
+    if wl.elastic is not None:
+        if ready != p.last_ready:
+            if p.last_ready > 0 or ready > 0:
+                p.restarts += 1
+                p.restart_until = t_abs + wl.restart_seconds
+                sm.restart_loss += el.speedup(ready, wl.elastic.scaling_efficiency) * min(
+                    wl.restart_seconds, left
+                )
+            p.last_ready = ready
+        if t_abs >= p.restart_until:
+            sm.progress += el.speedup(ready, wl.elastic.scaling_efficiency)
+    else:
+        capacity = ready * wl.w.capacity_per_replica
+        offered[wl.id] += load
+        served[wl.id] += min(load, capacity)
+        if load > capacity:
+            sm.violation_seconds += 1
+
+
+def _workload_state(wl: Workload, p: _Pods, pool: str, now: float, t0: float) -> WorkloadState:
+    """What the cluster-side collector would publish of the workload at `now`."""
+    return WorkloadState(
+        workload=wl.id,
+        spec_replicas=p.requested,
+        ready_replicas=p.ready(now),
+        observed_at=now,
+        requests=dict(wl.w.requests),
+        pool=pool,
+        joint_allocate=wl.w.joint_allocate,
+        restarts=p.restarts,
+        started_at=t0 - wl.w.started_ago_seconds if wl.elastic is not None else None,
+    )
+
+
+def _step_row(
+    wl: Workload,
+    p: _Pods,
+    sm: WorkloadSummary,
+    short: bool,
+    now: float,
+    now_rel: float,
+    tick: float,
+) -> Row:
+    """The step's row, after counting its peak and whether the workload was short."""
+    sm.peak_replicas = max(sm.peak_replicas, p.requested)
+    # Short: the pool granted less than wanted, or pods are pending.
+    if short or p.requested > p.bound:
+        sm.shortfall_seconds += int(tick)
+    return Row(
+        t=now_rel,
+        workload=wl.id,
+        load=load_at(wl.w.trace, now_rel),
+        requested=p.requested,
+        bound=p.bound,
+        ready=p.ready(now),
+        restarts=p.restarts,
+    )
+
+
+def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
+    wls = [
+        Workload(spec, w) for w in spec.workloads if not (run == "alone" and w.kind == "training")
+    ]
+    nodes = build_nodes(spec)
+    core = DeciderCore(step_seconds=spec.tick_seconds)
+    rebalance = run != "no-rebalance"
+    t0, tick = spec.start, spec.tick_seconds
+    for wl in wls:
+        core.on_policy(wl.policy.key, wl.policy)
+    if rebalance:
+        for n in nodes.values():
+            core.on_node(n)
+    pods, first = _warm_start(wls, nodes, rebalance, t0)
     placed: Allocation | None = first
     feeds = {wl.id: _Feed(wl, tick) for wl in wls}
     summary = {
@@ -414,9 +493,9 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
     rows: list[Row] = []
     shortfalls: list[tuple[float, str, int, int, str]] = []
     failures = sorted(spec.failures, key=lambda f: f.at)
-    served: dict[str, float] = dict.fromkeys(by_id, 0.0)
-    offered: dict[str, float] = dict.fromkeys(by_id, 0.0)
-    short_now: dict[str, bool] = dict.fromkeys(by_id, False)
+    served: dict[str, float] = dict.fromkeys(feeds, 0.0)
+    offered: dict[str, float] = dict.fromkeys(feeds, 0.0)
+    short_now: dict[str, bool] = dict.fromkeys(feeds, False)
     steps = math.ceil(spec.duration_seconds / tick)
     for k in range(steps):
         start = k * tick
@@ -427,32 +506,14 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
         for s in range(int(start), int(now_rel)):
             t_abs = t0 + s
             for wl in wls:
-                p, sm = pods[wl.id], summary[wl.id]
                 load = load_at(wl.w.trace, s)
                 r = runs_by[wl.id]
                 if r and r[-1][2] == load and r[-1][0] + r[-1][1] == t_abs:
                     r[-1] = (r[-1][0], r[-1][1] + 1, load)
                 else:
                     r.append((t_abs, 1, load))
-                ready = p.ready(t_abs)
-                sm.gpu_hours += p.bound * wl.gpus / 3600.0
-                if wl.elastic is not None:
-                    if ready != p.last_ready:
-                        if p.last_ready > 0 or ready > 0:
-                            p.restarts += 1
-                            p.restart_until = t_abs + wl.restart_seconds
-                            sm.restart_loss += el.speedup(
-                                ready, wl.elastic.scaling_efficiency
-                            ) * min(wl.restart_seconds, spec.duration_seconds - s)
-                        p.last_ready = ready
-                    if t_abs >= p.restart_until:
-                        sm.progress += el.speedup(ready, wl.elastic.scaling_efficiency)
-                else:
-                    capacity = ready * wl.w.capacity_per_replica
-                    offered[wl.id] += load
-                    served[wl.id] += min(load, capacity)
-                    if load > capacity:
-                        sm.violation_seconds += 1
+                left = spec.duration_seconds - s
+                _score_second(wl, pods[wl.id], summary[wl.id], t_abs, load, left, offered, served)
         # Failures due by now change the cluster table.
         while failures and failures[0].at < now_rel:
             f = failures.pop(0)
@@ -463,20 +524,7 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
         for wl in wls:
             for kind, acc in feeds[wl.id].ingest(runs_by[wl.id], now).items():
                 core.on_window(win.to_load_window(acc, wl.id, METRIC, kind, closed=True))
-            p = pods[wl.id]
-            core.on_workload(
-                WorkloadState(
-                    workload=wl.id,
-                    spec_replicas=p.requested,
-                    ready_replicas=p.ready(now),
-                    observed_at=now,
-                    requests=dict(wl.w.requests),
-                    pool=spec.pool,
-                    joint_allocate=wl.w.joint_allocate,
-                    restarts=p.restarts,
-                    started_at=t0 - wl.w.started_ago_seconds if wl.elastic is not None else None,
-                )
-            )
+            core.on_workload(_workload_state(wl, pods[wl.id], spec.pool, now, t0))
         for _, out in core.tick(now):
             ds: list[ScaleDecision] = list(out.decisions)
             if out.decision is not None:
@@ -494,23 +542,8 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
                 p.shrink_to(p.requested)
         placed = _schedule(wls, pods, list(nodes.values()), now, placed)
         for wl in wls:
-            p = pods[wl.id]
-            sm = summary[wl.id]
-            sm.peak_replicas = max(sm.peak_replicas, p.requested)
-            # Short: the pool granted less than wanted, or pods are pending.
-            if short_now[wl.id] or p.requested > p.bound:
-                sm.shortfall_seconds += int(tick)
-            rows.append(
-                Row(
-                    t=now_rel,
-                    workload=wl.id,
-                    load=load_at(wl.w.trace, now_rel),
-                    requested=p.requested,
-                    bound=p.bound,
-                    ready=p.ready(now),
-                    restarts=p.restarts,
-                )
-            )
+            p, sm = pods[wl.id], summary[wl.id]
+            rows.append(_step_row(wl, p, sm, short_now[wl.id], now, now_rel, tick))
     for wl in wls:
         sm = summary[wl.id]
         sm.restarts = pods[wl.id].restarts
