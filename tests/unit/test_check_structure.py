@@ -19,9 +19,6 @@ _NOT_YET: dict[str, list[str]] = {
     "libs/governor-tools/src/governor_tools/demo/report.py": [
         "long-function: write",
     ],
-    "libs/governor-tools/src/governor_tools/sim/scenario_report.py": [
-        "long-function: plot",
-    ],
     "libs/governor/src/governor/bus.py": [
         "long-file",
         "private-name: c._client",

@@ -6,6 +6,7 @@ import base64
 import csv
 import html
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -98,28 +99,8 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
                     lw=1.2,
                     label=f"{short} alone: ready × capacity",
                 )
-        for at, node, kind in result.failures:
-            for ax in (top, bottom):
-                ax.axvline(at, color="red", ls=":", lw=1)
-            bottom.annotate(
-                f"{node} {kind}",
-                (at, 0.02),
-                xycoords=bottom.get_xaxis_transform(),
-                rotation=90,
-                fontsize=7,
-                color="red",
-                va="bottom",
-                ha="right",
-            )
-        s = run.summary
-        lines = []
-        for wl, sm in sorted(s.items()):
-            short = wl.rsplit("/", 1)[-1]
-            if sm.kind == "service":
-                lines.append(f"{short}: {sm.violation_seconds}s violation")
-            else:
-                lines.append(f"{short}: {sm.restarts} restarts, progress {sm.progress:.0f}")
-        top.set_title(f"{RUN_TITLES.get(name, name)}\n" + "; ".join(lines), fontsize=9)
+        _mark_failures(result, top, bottom)
+        top.set_title(_title(name, run), fontsize=9)
         top.set_ylabel("load / served capacity")
         bottom.set_ylabel("replicas")
         bottom.set_xlabel("seconds")
@@ -129,6 +110,34 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _mark_failures(result: ScenarioResult, top: Any, bottom: Any) -> None:
+    """A red line at each node failure on both panels, named on the bottom one."""
+    for at, node, kind in result.failures:
+        for ax in (top, bottom):
+            ax.axvline(at, color="red", ls=":", lw=1)
+        bottom.annotate(
+            f"{node} {kind}",
+            (at, 0.02),
+            xycoords=bottom.get_xaxis_transform(),
+            rotation=90,
+            fontsize=7,
+            color="red",
+            va="bottom",
+            ha="right",
+        )
+
+
+def _title(name: str, run: RunResult) -> str:
+    lines = []
+    for wl, sm in sorted(run.summary.items()):
+        short = wl.rsplit("/", 1)[-1]
+        if sm.kind == "service":
+            lines.append(f"{short}: {sm.violation_seconds}s violation")
+        else:
+            lines.append(f"{short}: {sm.restarts} restarts, progress {sm.progress:.0f}")
+    return f"{RUN_TITLES.get(name, name)}\n" + "; ".join(lines)
 
 
 def _ready(run: RunResult) -> dict[str, list[tuple[float, int]]]:
