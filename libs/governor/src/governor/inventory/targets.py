@@ -33,7 +33,7 @@ from governor.inventory.objects import (
 from governor.inventory.pods import pod_ready, pod_requests
 from governor.inventory.quantities import _rounded
 from governor.inventory.selectors import parse_selector_string, selector_matches, selector_string
-from governor.spec import ScalingPolicy
+from governor.spec import ScalingPolicy, TargetRef
 
 
 class _AppsSpec(_K):
@@ -172,63 +172,82 @@ def target_view(policy: ScalingPolicy, obj: Mapping[str, Any]) -> TargetView:
     name = f"{ref.kind} {policy.metadata.namespace}/{ref.name}"
     which = target_kind(ref.api_version, ref.kind)
     if which == "apps":
-        a = _convert(obj, _Apps, name)
-        status = a.status.ready_replicas if a.status.observed_generation is not None else None
-        return TargetView(
-            spec_replicas=a.spec.replicas,
-            status_ready=status,
-            selector=a.spec.selector,
-            template=a.spec.template,
-            priority_class=a.spec.template.spec.priority_class_name,
-        )
+        return _apps_view(ref, obj, name)
     if which == "pytorchjob":
-        j = _convert(obj, _PyTorchJob, name)
-        rtype = ref.task or "Worker"
-        if ref.spec_replicas_path:
-            segs = _path_segments(ref.spec_replicas_path)
-            if len(segs) >= 3 and segs[1] == "pytorchReplicaSpecs":
-                rtype = segs[2]
-        rspec = j.spec.pytorch_replica_specs.get(rtype)
-        if rspec is None:
-            raise InventoryError(f"{name}: no spec.pytorchReplicaSpecs.{rtype}")
-        rstatus = (j.status.replica_statuses or {}).get(rtype)
-        selector = LabelSelector(
-            match_labels={KUBEFLOW_JOB_LABEL: ref.name},
-            match_expressions=[
-                LabelSelectorRequirement(KUBEFLOW_REPLICA_LABEL, "In", [rtype.lower(), rtype])
-            ],
-        )
-        if rstatus is not None and rstatus.label_selector is not None:
-            selector = rstatus.label_selector
-        elif rstatus is not None and rstatus.selector:
-            selector = parse_selector_string(rstatus.selector)
-        return TargetView(
-            spec_replicas=rspec.replicas,
-            status_ready=rstatus.active if rstatus is not None else None,
-            selector=selector,
-            template=rspec.template,
-            priority_class=rspec.template.spec.priority_class_name,
-            started_at=_timestamp(j.status.start_time),
-        )
+        return _pytorchjob_view(ref, obj, name)
     if which == "volcano":
-        v = _convert(obj, _VolcanoJob, name)
-        task = next((t for t in v.spec.tasks if t.name == ref.task), None)
-        if task is None:
-            raise InventoryError(f"{name}: no task {ref.task!r} in spec.tasks")
-        ready = None
-        if v.status.state is not None:
-            ready = v.status.task_status_count.get(task.name, _TaskState()).phase.get("Running", 0)
-        return TargetView(
-            spec_replicas=task.replicas,
-            status_ready=ready,
-            selector=LabelSelector(
-                match_labels={VOLCANO_JOB_LABEL: ref.name, VOLCANO_TASK_LABEL: task.name}
-            ),
-            template=task.template,
-            priority_class=v.spec.priority_class_name or task.template.spec.priority_class_name,
-            restarts=v.status.retry_count,
-        )
-    # generic: a CRD with a scale subresource, read through its specReplicasPath
+        return _volcano_view(ref, obj, name)
+    return _scalable_view(ref, obj, name)
+
+
+def _apps_view(ref: TargetRef, obj: Mapping[str, Any], name: str) -> TargetView:
+    """Deployment, StatefulSet: spec.replicas, the selector and the pod template."""
+    a = _convert(obj, _Apps, name)
+    status = a.status.ready_replicas if a.status.observed_generation is not None else None
+    return TargetView(
+        spec_replicas=a.spec.replicas,
+        status_ready=status,
+        selector=a.spec.selector,
+        template=a.spec.template,
+        priority_class=a.spec.template.spec.priority_class_name,
+    )
+
+
+def _pytorchjob_view(ref: TargetRef, obj: Mapping[str, Any], name: str) -> TargetView:
+    """PyTorchJob: one replica type (targetRef.task, else Worker) of pytorchReplicaSpecs."""
+    j = _convert(obj, _PyTorchJob, name)
+    rtype = ref.task or "Worker"
+    if ref.spec_replicas_path:
+        segs = _path_segments(ref.spec_replicas_path)
+        if len(segs) >= 3 and segs[1] == "pytorchReplicaSpecs":
+            rtype = segs[2]
+    rspec = j.spec.pytorch_replica_specs.get(rtype)
+    if rspec is None:
+        raise InventoryError(f"{name}: no spec.pytorchReplicaSpecs.{rtype}")
+    rstatus = (j.status.replica_statuses or {}).get(rtype)
+    selector = LabelSelector(
+        match_labels={KUBEFLOW_JOB_LABEL: ref.name},
+        match_expressions=[
+            LabelSelectorRequirement(KUBEFLOW_REPLICA_LABEL, "In", [rtype.lower(), rtype])
+        ],
+    )
+    if rstatus is not None and rstatus.label_selector is not None:
+        selector = rstatus.label_selector
+    elif rstatus is not None and rstatus.selector:
+        selector = parse_selector_string(rstatus.selector)
+    return TargetView(
+        spec_replicas=rspec.replicas,
+        status_ready=rstatus.active if rstatus is not None else None,
+        selector=selector,
+        template=rspec.template,
+        priority_class=rspec.template.spec.priority_class_name,
+        started_at=_timestamp(j.status.start_time),
+    )
+
+
+def _volcano_view(ref: TargetRef, obj: Mapping[str, Any], name: str) -> TargetView:
+    """Volcano Job: one task of spec.tasks (it has no scale subresource)."""
+    v = _convert(obj, _VolcanoJob, name)
+    task = next((t for t in v.spec.tasks if t.name == ref.task), None)
+    if task is None:
+        raise InventoryError(f"{name}: no task {ref.task!r} in spec.tasks")
+    ready = None
+    if v.status.state is not None:
+        ready = v.status.task_status_count.get(task.name, _TaskState()).phase.get("Running", 0)
+    return TargetView(
+        spec_replicas=task.replicas,
+        status_ready=ready,
+        selector=LabelSelector(
+            match_labels={VOLCANO_JOB_LABEL: ref.name, VOLCANO_TASK_LABEL: task.name}
+        ),
+        template=task.template,
+        priority_class=v.spec.priority_class_name or task.template.spec.priority_class_name,
+        restarts=v.status.retry_count,
+    )
+
+
+def _scalable_view(ref: TargetRef, obj: Mapping[str, Any], name: str) -> TargetView:
+    """Any CRD with a scale subresource, read through its specReplicasPath."""
     segs = _path_segments(ref.spec_replicas_path or ".spec.replicas")
     replicas = _dig(obj, segs)
     if not isinstance(replicas, int) or isinstance(replicas, bool):
