@@ -27,9 +27,6 @@ _NOT_YET: dict[str, list[str]] = {
         "private-name: client._conns",
         "private-name: consumer._client._wait_on_metadata",
     ],
-    "libs/governor/src/governor/policy/rebalance.py": [
-        "long-function: plan",
-    ],
     "services/actuator/src/governor_actuator/actuator.py": [
         "long-file",
         "long-function: _handle",
