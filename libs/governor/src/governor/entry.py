@@ -10,7 +10,8 @@ command line before it connects to anything, so `--help` prints the usage and ex
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,3 +55,27 @@ def service_settings(
         return msgspec.convert(merged, cls)
     except (ConfigError, msgspec.ValidationError) as err:
         parser.exit(2, f"{parser.prog}: {err}\n")
+
+
+def service_main(
+    prog: str,
+    doc: str | None,
+    prefix: str,
+    service: str,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> Callable[[list[str] | None], None]:
+    """A console script's `main`: parse the command line, then import the module `service` and
+    call its `start(parser, args)`.
+
+    The import comes after the parse: a service's module loads the Kafka and Kubernetes clients
+    (seconds on a busy machine), and `--help` answers at once without them.
+    """
+
+    def main(argv: list[str] | None = None) -> None:
+        parser = service_parser(prog, doc, prefix)
+        if options is not None:
+            options(parser)
+        args = parser.parse_args(argv)
+        importlib.import_module(service).start(parser, args)
+
+    return main

@@ -1,23 +1,14 @@
-"""`governor-actuator`: the command line, then the service (governor_actuator.main).
-
-The service's module loads the Kafka and Kubernetes clients, seconds on a busy machine, so it is
-imported only once the command line is parsed: `--help` answers at once and touches nothing.
-"""
+"""`governor-actuator`'s command line: parsed before governor_actuator.main loads."""
 
 from __future__ import annotations
 
 import governor_actuator
-from governor.entry import service_parser
+from governor.entry import service_main
 from governor_actuator.config import PREFIX
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = service_parser("governor-actuator", governor_actuator.__doc__, PREFIX)
-    args = parser.parse_args(argv)
-    from governor_actuator.main import start
-
-    start(parser, args)
-
+main = service_main(
+    "governor-actuator", governor_actuator.__doc__, PREFIX, "governor_actuator.main"
+)
 
 if __name__ == "__main__":
     main()

@@ -1,23 +1,14 @@
-"""`governor-collector`: the command line, then the service (governor_collector.main).
-
-The service's module loads the Kafka and Kubernetes clients, seconds on a busy machine, so it is
-imported only once the command line is parsed: `--help` answers at once and touches nothing.
-"""
+"""`governor-collector`'s command line: parsed before governor_collector.main loads."""
 
 from __future__ import annotations
 
 import governor_collector
-from governor.entry import service_parser
+from governor.entry import service_main
 from governor_collector.config import PREFIX
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = service_parser("governor-collector", governor_collector.__doc__, PREFIX)
-    args = parser.parse_args(argv)
-    from governor_collector.main import start
-
-    start(parser, args)
-
+main = service_main(
+    "governor-collector", governor_collector.__doc__, PREFIX, "governor_collector.main"
+)
 
 if __name__ == "__main__":
     main()

@@ -1,24 +1,13 @@
-"""`governor-decider`: the command line, then the service (governor_decider.main).
-
-The service's module loads the Kafka and Kubernetes clients, seconds on a busy machine, so it is
-imported only once the command line is parsed: `--help` answers at once and touches nothing.
-"""
+"""`governor-decider`'s command line: parsed before governor_decider.main loads."""
 
 from __future__ import annotations
 
 import governor_decider
-from governor.entry import service_parser
+from governor.entry import service_main
 
 PREFIX = "GOVERNOR_DECIDER"
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = service_parser("governor-decider", governor_decider.__doc__, PREFIX)
-    args = parser.parse_args(argv)
-    from governor_decider.main import start
-
-    start(parser, args)
-
+main = service_main("governor-decider", governor_decider.__doc__, PREFIX, "governor_decider.main")
 
 if __name__ == "__main__":
     main()

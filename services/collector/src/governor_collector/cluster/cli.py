@@ -1,21 +1,18 @@
-"""`governor-cluster-collector`: the command line, then the service (cluster.main).
-
-The service's module loads the Kafka and Kubernetes clients, seconds on a busy machine, so it is
-imported only once the command line is parsed: `--help` answers at once and touches nothing.
-"""
+"""`governor-cluster-collector`'s command line; the service itself is cluster.main (see
+governor.entry)."""
 
 from __future__ import annotations
 
 import argparse
 
-from governor.entry import service_parser
+from governor.entry import service_main
 from governor_collector import cluster
 
 ENV_PREFIX = "GOVERNOR_CLUSTER_COLLECTOR"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = service_parser("governor-cluster-collector", cluster.__doc__, ENV_PREFIX)
+def options(p: argparse.ArgumentParser) -> None:
+    """The options that override the settings (see cluster.main.resolve_settings)."""
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (host:port)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument("--coalesce-ms", type=int, help="delay that coalesces a burst of changes")
@@ -24,15 +21,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz here")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ...")
     p.add_argument("--no-ensure-topics", action="store_true", help="do not create the topics")
-    return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser()
-    args = p.parse_args(argv)
-    from governor_collector.cluster.main import start
-
-    start(p, args)
+main = service_main(
+    "governor-cluster-collector",
+    cluster.__doc__,
+    ENV_PREFIX,
+    "governor_collector.cluster.main",
+    options,
+)
 
 
 if __name__ == "__main__":
