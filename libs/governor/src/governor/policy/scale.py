@@ -552,8 +552,14 @@ def evaluate(
     panic = (state.panic_since, state.panic_max, state.panic_over_at)
     actionable = True
     bound: Rule
-    held = _target_state(ev, cooled_down, last_active)
-    hold = _invalid_hold(ev) if held is None else None
+    c = ev.c
+    # Most evaluations meet neither step: skip their calls (a call is a visible share of one).
+    held = None
+    if current == 0 or cooled_down or not c.lo <= current <= c.hi:
+        held = _target_state(ev, cooled_down, last_active)
+    hold = None
+    if held is None and (ev.best < 0 or ev.invalid):
+        hold = _invalid_hold(ev)
     if held is not None:
         desired, bound, actionable = held
     elif hold is not None:
