@@ -42,22 +42,25 @@ def _first_party(module: str | None) -> bool:
     return top == FIRST_PARTY[0] or top.startswith(FIRST_PARTY[1])
 
 
+def _defines(node: ast.AST) -> str | None:
+    """The name `node` defines: a def, a class, an assignment target, an argument, an import."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return node.attr
+    if isinstance(node, ast.arg):
+        return node.arg
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name).split(".")[0]
+    return None
+
+
 def defined_names(trees: list[ast.Module]) -> set[str]:
     """Every underscore name governor's code defines: defs, classes, assignments, fields."""
-    names: set[str] = set()
-    for tree in trees:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                names.add(node.name)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                names.add(node.attr)
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
-            elif isinstance(node, ast.alias):
-                names.add((node.asname or node.name).split(".")[0])
-    return {n for n in names if _private(n)}
+    names = {_defines(node) for tree in trees for node in ast.walk(tree)}
+    return {n for n in names if n is not None and _private(n)}
 
 
 def third_party_imports(tree: ast.Module) -> set[str]:
@@ -80,15 +83,7 @@ def _root(node: ast.expr) -> str | None:
 
 
 def _class_defines(cls: ast.ClassDef) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(cls):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            names.add(node.attr)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-    return names
+    return {n for n in map(_defines, ast.walk(cls)) if n is not None}
 
 
 def private_uses(
