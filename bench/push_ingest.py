@@ -103,7 +103,7 @@ async def bench_push(
         "GOVERNOR_COLLECTOR_LOG_LEVEL": "WARNING",
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "governor_collector.main", env=env
+        sys.executable, "-m", "governor_collector.cli", env=env
     )
     url = f"http://127.0.0.1:{port}/v1/samples"
     headers = {"Content-Type": "application/json"}

@@ -435,7 +435,7 @@ def start_process(e: Env, log_path: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "governor_collector.cluster.main",
+            "governor_collector.cluster.cli",
             "--bootstrap",
             s.bootstrap,
             "--kubeconfig",

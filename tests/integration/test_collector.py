@@ -601,7 +601,7 @@ async def test_entry_point_sigterm_flushes_accepted_pushes(kafka_bootstrap: str)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "governor_collector.main",
+        "governor_collector.cli",
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,

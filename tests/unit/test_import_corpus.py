@@ -21,9 +21,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from governor.cli import app
 from governor.importer import Outcome, convert_documents, to_document
 from governor.spec import policies_from_yaml
+from governor_tools.cli import app
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "import" / "corpus"
 FILES = sorted(p for p in CORPUS.glob("*.yaml") if not p.name.endswith(".expected.yaml"))

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from governor.cli import app
 from governor.importer import ConversionError, convert, convert_documents
 from governor.spec import KafkaLagSource, PrometheusSource, ResourceSource, policies_from_yaml
+from governor_tools.cli import app
 
 DATA = Path(__file__).parent / "data" / "hpa-and-keda.yaml"
 

@@ -260,8 +260,8 @@ def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
 def test_cluster_show_lists_quotas_and_queues_with_their_use() -> None:
     from rich.console import Console
 
-    from governor.cli.cluster_limits import render_queues, render_quotas
     from governor.events import QueueState
+    from governor_tools.cli.cluster_limits import render_queues, render_quotas
 
     console = Console(record=True, width=240)
     render_quotas(

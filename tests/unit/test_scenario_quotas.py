@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from governor.sim.scenario import ScenarioError, ScenarioSpec, check, load_scenario, run_scenario
+from governor_tools.sim.scenario import (
+    ScenarioError,
+    ScenarioSpec,
+    check,
+    load_scenario,
+    run_scenario,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "scenarios" / "teams-quotas-queues.yaml"
 WEB, API, TRAIN = "shop/Deployment/web", "shop/Deployment/api", "lab/Job/trainer"

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from governor.cli import app
-from governor.sim.policies import default_policy_yaml
+from governor_tools.cli import app
+from governor_tools.sim.policies import default_policy_yaml
 
 ROW_HEADER = ["timestamp", "load", "replicas_requested", "replicas_ready"]
 SUMMARY_KEYS = {

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import pytest
 
-from governor.sim.policies import HPA_SYNC_SECONDS
-from governor.sim.replay import Run, SimConfig
-from governor.sim.runs import policy_evaluate, run_hpa
-from governor.sim.traces import from_rows
+from governor_tools.sim.policies import HPA_SYNC_SECONDS
+from governor_tools.sim.replay import Run, SimConfig
+from governor_tools.sim.runs import policy_evaluate, run_hpa
+from governor_tools.sim.traces import from_rows
 
 CONFIG = SimConfig(capacity_per_replica=10, startup_seconds=60, target_utilization=0.5)
 

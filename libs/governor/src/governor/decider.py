@@ -57,7 +57,7 @@ from governor.policy import evaluate
 from governor.policy.allocate import Allocation
 from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
-from governor.policy.stages import (
+from governor.policy.recommend import (
     WindowKey,
     bound,
     newer,

@@ -32,10 +32,6 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
     young-generation collections that cost about a third of the bus's per-message time."""
 
 
-def workload_id(namespace: str, kind: str, name: str) -> str:
-    return f"{namespace}/{kind}/{name}"
-
-
 # --- samples and windows ----------------------------------------------------------------------
 
 

@@ -41,8 +41,6 @@ class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
 
 # --- target -----------------------------------------------------------------------------------
 
-TargetKind = str  # Deployment, StatefulSet, Job (batch.volcano.sh), PyTorchJob, or any scalable CRD
-
 
 class TargetRef(_Spec):
     kind: str

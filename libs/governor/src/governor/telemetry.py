@@ -97,9 +97,9 @@ class HealthServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self._ssl)
         await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
         return self.port
 
     async def stop(self) -> None:

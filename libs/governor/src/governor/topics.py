@@ -26,7 +26,6 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
-from aiokafka.protocol.metadata import MetadataRequest
 
 from governor.bus import BusUnavailable
 from governor.events import TOPICS, Topic
@@ -147,10 +146,14 @@ async def _admin(bootstrap: str, start_timeout_s: float) -> AIOKafkaAdminClient:
 
 async def _metadata(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """name -> metadata dict (partitions, replicas) of the topics that exist."""
-    # Not admin.describe_topics(): its Metadata request lets the broker auto-create the topics.
-    resp = await admin._send_request(MetadataRequest(list(names), allow_auto_topic_creation=False))
+    # describe_topics() on a missing topic lets the broker auto-create it: ask only for those
+    # list_topics() (a metadata request for all topics, which creates nothing) names.
+    present = set(await admin.list_topics())
+    asked = [n for n in names if n in present]
+    if not asked:
+        return {}
     out: dict[str, dict[str, Any]] = {}
-    for t in resp.to_object()["topics"]:
+    for t in await admin.describe_topics(asked):
         if t.get("error_code", 0) == 0:
             out[t["topic"]] = t
     return out
@@ -170,10 +173,10 @@ async def _configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str
     return out
 
 
-def _replication(admin: AIOKafkaAdminClient, wanted: int | None) -> int:
+async def _replication(admin: AIOKafkaAdminClient, wanted: int | None) -> int:
     if wanted is not None:
         return wanted
-    brokers = len(admin._client.cluster.brokers())
+    brokers = len((await admin.describe_cluster())["brokers"])
     return max(1, min(3, brokers))
 
 
@@ -196,7 +199,7 @@ async def ensure_topics(
     admin = await _admin(bootstrap, start_timeout_s)
     try:
         actions: list[str] = []
-        rf = _replication(admin, replication_factor)
+        rf = await _replication(admin, replication_factor)
         existing = await _metadata(admin, [s.name for s in wanted])
         missing = [s for s in wanted if s.name not in existing]
         if missing:

@@ -23,6 +23,8 @@ from prometheus_client import Counter, Histogram
 from governor.events import Actuation, ActuationOutcome, ScaleDecision
 from governor.kube import Kube, KubeError
 from governor.policy import actuation as core
+from governor.policy import pacing
+from governor.policy.status import policy_status
 from governor.spec import PolicyError, ScalingPolicy, policy_from_obj
 from governor_actuator.config import ActuatorSettings
 
@@ -151,8 +153,8 @@ class Actuator:
         self.rules = settings.rules()
         # Two QPS budgets: decisions (reads, the fenced patch) and side writes (status, Events),
         # so a flood of side writes never delays a patch. The API server sees at most their sum.
-        self._bucket = core.TokenBucket(settings.qps, settings.burst, time.monotonic())
-        self._side_bucket = core.TokenBucket(
+        self._bucket = pacing.TokenBucket(settings.qps, settings.burst, time.monotonic())
+        self._side_bucket = pacing.TokenBucket(
             settings.side_qps, settings.side_burst, time.monotonic()
         )
         self._bucket_lock = asyncio.Lock()
@@ -196,7 +198,7 @@ class Actuator:
                 KUBE_ERRORS.labels(str(e.status)).inc()
                 if not e.retryable or attempt > self.settings.max_retries:
                     raise
-                delay = core.backoff_seconds(attempt, e.retry_after)
+                delay = pacing.backoff_seconds(attempt, e.retry_after)
                 log.warning(
                     "%s: %s %s; retry %d in %.2fs", what, e.status, e.reason, attempt, delay
                 )
@@ -545,7 +547,7 @@ class Actuator:
         current: int | None,
     ) -> None:
         key = policy.key
-        status = core.policy_status(
+        status = policy_status(
             self._status.get(key),
             policy=policy,
             decision=decision,

@@ -12,12 +12,10 @@ Example (deploy/k8s/base/config/actuator.yaml)::
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 
 from governor.policy.actuation import ActuatorRules
-from governor.settings import KafkaSettings, load_settings
+from governor.settings import KafkaSettings
 
 PREFIX = "GOVERNOR_ACTUATOR"
 
@@ -79,7 +77,3 @@ class ActuatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
             allowed_namespaces=frozenset(self.allowed_namespaces),
             allowed_kinds=frozenset(self.allowed_kinds),
         )
-
-
-def load(file: Path | None = None) -> ActuatorSettings:
-    return load_settings(ActuatorSettings, PREFIX, file=file)

@@ -22,16 +22,15 @@ import signal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from governor import bus
+from governor.entry import service_settings
 from governor.events import ACTUATIONS, DECISIONS, Actuation, ScaleDecision, Topic
 from governor.kube import Kube, KubeError, connect
-from governor.settings import ConfigError
 from governor.telemetry import HealthServer, configure_logging
 from governor_actuator.actuator import Actuator
-from governor_actuator.config import ActuatorSettings, load
+from governor_actuator.config import PREFIX, ActuatorSettings
 
 log = logging.getLogger("governor.actuator")
 
@@ -242,21 +241,10 @@ async def serve(settings: ActuatorSettings) -> None:
         await service.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="governor-actuator", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--config", type=Path, help="YAML/JSON config (else GOVERNOR_ACTUATOR_CONFIG)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        settings = load(args.config)
-    except ConfigError as e:
-        raise SystemExit(f"governor-actuator: {e}") from None
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_actuator.cli)."""
+    settings = service_settings(parser, args, ActuatorSettings, PREFIX)
     configure_logging("actuator", settings.log_level)
     if not settings.allowed_namespaces:
         log.warning("allowed_namespaces is empty: every decision will be refused")
     asyncio.run(serve(settings))
-
-
-if __name__ == "__main__":
-    main()

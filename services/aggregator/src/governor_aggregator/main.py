@@ -24,6 +24,7 @@ whole window.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import math
@@ -51,9 +52,10 @@ from governor.bus import (
     codec_for,
     record_consumer_lag,
 )
+from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
-from governor.settings import KafkaSettings, load_settings
+from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
     SeriesWindows,
@@ -63,6 +65,7 @@ from governor.windows import (
     ingest_many,
     to_load_window,
 )
+from governor_aggregator.cli import PREFIX
 from governor_aggregator.transport import Transport
 
 log = logging.getLogger("governor.aggregator")
@@ -444,8 +447,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
     return app
 
 
-def main() -> None:
-    settings = load_settings(AggregatorSettings, "GOVERNOR_AGGREGATOR")
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_aggregator.cli)."""
+    settings = service_settings(parser, args, AggregatorSettings, PREFIX)
     app = build_app(settings)
     # faust (mode) configures logging itself: hand it ours, one JSON object per line.
     logging_config = {
@@ -466,7 +470,3 @@ def main() -> None:
     # so that every debug record (one per message produced) is built and handed to it.
     worker.spinner = None
     worker.execute_from_commandline()
-
-
-if __name__ == "__main__":
-    main()

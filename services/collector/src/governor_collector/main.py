@@ -15,16 +15,15 @@ import contextlib
 import logging
 import signal
 import ssl
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from governor.bus import Producer
+from governor.entry import service_settings
 from governor.kube import Kube, connect
 from governor.push_auth import Caller
-from governor.settings import ConfigError
 from governor.telemetry import HealthServer, configure_logging
-from governor_collector.config import CollectorSettings, load
+from governor_collector.config import PREFIX, CollectorSettings
 from governor_collector.kafka import BusPublisher
 from governor_collector.openapi import openapi_route
 from governor_collector.policies import PolicyTable
@@ -168,26 +167,12 @@ async def run(settings: CollectorSettings) -> None:
         await collector.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="governor-collector",
-        description="Metric sources (Prometheus, Kafka lag, metrics API, push) -> governor.metrics."
-        " Configured by GOVERNOR_COLLECTOR_CONFIG (YAML/JSON) and GOVERNOR_COLLECTOR_* variables.",
-    )
-    parser.add_argument("--config", type=Path, help="config file (else GOVERNOR_COLLECTOR_CONFIG)")
-    args = parser.parse_args(argv)
-    try:
-        settings = load(file=args.config)
-    except ConfigError as e:
-        print(f"governor-collector: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_collector.cli)."""
+    settings = service_settings(parser, args, CollectorSettings, PREFIX)
     configure_logging("collector", settings.log_level)
     try:
         asyncio.run(run(settings))
     except ConnectionError as e:
         log.error("cannot start: %s", e)
         raise SystemExit(1) from None
-
-
-if __name__ == "__main__":
-    main()

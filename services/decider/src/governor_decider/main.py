@@ -19,6 +19,7 @@ I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import logging
@@ -35,10 +36,12 @@ from prometheus_client import Counter, Gauge, Histogram
 from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
 from governor.decider import DeciderCore, Outputs
+from governor.entry import service_settings
 from governor.policy import devices as dev
-from governor.settings import KafkaSettings, load_settings
+from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
+from governor_decider.cli import PREFIX
 from governor_decider.journal import Journal
 
 log = logging.getLogger("governor.decider")
@@ -195,7 +198,9 @@ class Decider:
         self._evaluated: dict[str, float] = {}
         # Labelled children of the per-workload gauges (labels() per evaluation was a tenth of
         # the decider's time at 1,000 workloads), by (metric name, labels); the workload first.
-        self._children: dict[tuple[str, ...], Any] = {}
+        # (metric, *labels) -> child: every per-workload series goes through _child, so that
+        # _forget knows the label sets to remove without reading the metric's internals.
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
 
@@ -252,21 +257,12 @@ class Decider:
         """Drop a deleted policy's per-workload series (bounded label sets)."""
         self._evaluated.pop(workload, None)
         for key in [k for k in self._children if k[1] == workload]:
+            metric, *labels = key
+            metric.remove(*labels)
             del self._children[key]
-        for metric in (
-            REPLICAS,
-            PANIC,
-            WORKLOAD_DECISIONS,
-            METRIC_VALUE,
-            METRIC_TARGET,
-            SHORTFALL_REPLICAS,
-            ELASTIC_RESTARTS,
-        ):
-            for labels in [k for k in metric._metrics if k[0] == workload]:
-                metric.remove(*labels)
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
+        key = (metric, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
@@ -288,7 +284,9 @@ class Decider:
                     allocated[r] = allocated.get(r, 0.0) + grant.replicas * a
             for r, a in grant.missing.items():
                 short[r] = short.get(r, 0.0) + a
-            SHORTFALL_REPLICAS.labels(workload, pool).set(max(0, grant.wanted - grant.replicas))
+            self._child(SHORTFALL_REPLICAS, workload, pool).set(
+                max(0, grant.wanted - grant.replicas)
+            )
         for r, a in alloc.capacity.items():
             POOL_CAPACITY.labels(pool, r).set(a)
         for r, a in allocated.items():
@@ -473,7 +471,7 @@ class Decider:
             if rec.elastic:
                 observed = self.core.workloads.get(workload)
                 if observed is not None:
-                    ELASTIC_RESTARTS.labels(workload).set(observed.restarts)
+                    self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
         d = out.decision
         if d is not None:
             acks.append(await self.producer.publish(self.decisions_topic, d))
@@ -486,7 +484,7 @@ class Decider:
                 if d.to_replicas < d.from_replicas
                 else "same"
             )
-            WORKLOAD_DECISIONS.labels(workload, direction, rule).inc()
+            self._child(WORKLOAD_DECISIONS, workload, direction, rule).inc()
             log.info(
                 "decision %d -> %d",
                 d.from_replicas,
@@ -534,8 +532,9 @@ class Decider:
         self._stop.set()
 
 
-def main() -> None:
-    settings = load_settings(DeciderSettings, "GOVERNOR_DECIDER")
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the service with the settings `args` name (parsed by governor_decider.cli)."""
+    settings = service_settings(parser, args, DeciderSettings, PREFIX)
     configure_logging("decider", settings.log_level)
     decider = Decider(settings)
 
@@ -546,7 +545,3 @@ def main() -> None:
         await decider.run()
 
     asyncio.run(amain())
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,8 @@ the one fenced JSON patch that applies it.
 
 The actuator (services/actuator) only moves data: it reads the ScalingPolicy and the target
 from the API server, calls `admit` and `plan`, sends the patch, and writes what came out
-(Actuation record, Event, ScalingPolicy status built by `policy_status`).
+(Actuation record, Event, ScalingPolicy status built by `status.policy_status`; requests
+paced by `pacing`).
 
 Fencing (DESIGN.md "Data flow"). Every decision carries a per-workload `seq`. The target's
 annotation `governor.dev/decision-seq` holds the seq last applied, and it is written in the SAME
@@ -26,7 +27,6 @@ which is what the Actuation record, the Event and the status carry.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -36,6 +36,7 @@ import msgspec
 from governor.events import Reason, ScaleDecision
 from governor.spec import ScalingPolicy, TargetRef
 
+# Every annotation governor writes on a target starts with it (explain lists them).
 ANNOTATION_PREFIX = "governor.dev/"
 ANN_SEQ = "governor.dev/decision-seq"
 ANN_ID = "governor.dev/decision-id"
@@ -564,132 +565,3 @@ def plan(
         min_available=new_min,
         changes_replicas=changes,
     )
-
-
-# --- ScalingPolicy status ---------------------------------------------------------------------
-
-ConditionStatus = Literal["True", "False", "Unknown"]
-CONDITION_ACTUATED = "Actuated"
-
-
-def condition_reason(code: str) -> str:
-    """`owned_by_hpa` -> `OwnedByHpa` (condition reasons are CamelCase)."""
-    return "".join(part.capitalize() for part in code.split("_")) or "Unknown"
-
-
-def _condition(
-    previous: Sequence[Mapping[str, Any]],
-    type_: str,
-    status: ConditionStatus,
-    reason: str,
-    message: str,
-    now: str,
-    generation: int,
-) -> dict[str, Any]:
-    old = next((c for c in previous if c.get("type") == type_), None)
-    changed = old is None or old.get("status") != status
-    since = now if changed or old is None else str(old.get("lastTransitionTime") or now)
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message[:MAX_REASON_CHARS],
-        "lastTransitionTime": since,
-        "observedGeneration": generation,
-    }
-
-
-def policy_status(
-    previous: Mapping[str, Any] | None,
-    *,
-    policy: ScalingPolicy,
-    decision: ScaleDecision,
-    outcome: Literal["applied", "noop", "refused", "failed", "dry_run"],
-    reason: str,
-    current_replicas: int | None,
-    now: str,
-) -> dict[str, Any]:
-    """The ScalingPolicy's new `status` (a merge patch body for the status subresource).
-
-    An applied decision moves currentReplicas/desiredReplicas/lastDecision*/lastReason and
-    lastTransitionTime (when replicas changed); every outcome sets the `Actuated` condition, whose
-    lastTransitionTime only moves when its status flips.
-    """
-    prev = dict(previous or {})
-    conditions = [c for c in prev.get("conditions") or [] if isinstance(c, Mapping)]
-    status: dict[str, Any] = {}
-    ok = outcome in ("applied", "noop", "dry_run")
-    if outcome in ("applied", "noop"):
-        status.update(
-            currentReplicas=decision.to_replicas,
-            desiredReplicas=decision.to_replicas,
-            lastDecisionId=decision.decision_id,
-            lastDecisionSeq=decision.seq,
-            lastReason=reason_text(decision.reasons),
-        )
-        if outcome == "applied" or "lastTransitionTime" not in prev:
-            status["lastTransitionTime"] = now
-    else:
-        if current_replicas is not None:
-            status["currentReplicas"] = current_replicas
-        status["desiredReplicas"] = decision.to_replicas
-        status["lastReason"] = reason[:MAX_REASON_CHARS]
-    if ok:
-        cond = _condition(
-            conditions,
-            CONDITION_ACTUATED,
-            "True",
-            "DryRun" if outcome == "dry_run" else "Applied",
-            f"seq {decision.seq} ({decision.decision_id}): {reason}",
-            now,
-            policy.metadata.generation,
-        )
-    else:
-        code = reason.partition(":")[0] if ":" in reason else outcome
-        cond = _condition(
-            conditions,
-            CONDITION_ACTUATED,
-            "False",
-            condition_reason(code),
-            f"seq {decision.seq} ({decision.decision_id}): {reason}",
-            now,
-            policy.metadata.generation,
-        )
-    others = [dict(c) for c in conditions if c.get("type") != CONDITION_ACTUATED]
-    status["conditions"] = [*others, cond]
-    status["observedGeneration"] = policy.metadata.generation
-    return status
-
-
-# --- pacing -----------------------------------------------------------------------------------
-
-
-class TokenBucket:
-    """A QPS budget: `rate` requests per second, bursts up to `burst`. `now` is passed in."""
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be > 0 and burst >= 1")
-        self.rate, self.burst = rate, float(burst)
-        self._tokens = float(burst)
-        self._at = now
-
-    def reserve(self, now: float) -> float:
-        """Take one token; returns how long to wait before using it (0: go now)."""
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-
-
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-def backoff_seconds(
-    attempt: int, retry_after: float | None = None, base: float = 0.2, cap: float = 10.0
-) -> float:
-    """Delay before retry `attempt` (1-based): exponential, capped, at least Retry-After."""
-    delay = min(cap, base * math.pow(2, max(0, attempt - 1)))
-    if retry_after is not None and retry_after > 0:
-        delay = max(delay, min(retry_after, cap * 3))
-    return delay

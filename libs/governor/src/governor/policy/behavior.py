@@ -292,3 +292,27 @@ def record_event(
         if change:
             out.append((at, change))
     return out
+
+
+def rate_limit_detail(
+    direction: str,
+    current: int,
+    limit: int,
+    behavior: ResolvedBehavior,
+    events: list[tuple[float, int]],
+    now: float,
+) -> str:
+    """Names the policy that produced the limit; built only when a rate limit binds."""
+    rules = behavior.up if direction == "scaleUp" else behavior.down
+    if rules.select == "Disabled":
+        return f"{direction} selectPolicy Disabled holds {current}"
+    for p in rules.policies:
+        one = type(rules)(rules.window, rules.select, (p,), rules.tolerance)
+        f = scale_up_limit if direction == "scaleUp" else scale_down_limit
+        if f(current, events, one, now) == limit:
+            return (
+                f"{direction} policy {p.type} {p.value}/{p.period_seconds}s limits to {limit}"
+                f" (selectPolicy {rules.select})"
+            )
+    # Only the clamp to current can make no single policy match: the period's budget is spent.
+    return f"{direction} policies hold {current}: this period's changes used up their budget"

@@ -81,9 +81,6 @@ class DeviceRequest(msgspec.Struct, frozen=True, kw_only=True):
         return self.gpus + self.gpu_share / WHOLE
 
 
-NO_DEVICES = DeviceRequest()
-
-
 class Placed(msgspec.Struct, frozen=True, array_like=True):
     """A replica's devices on one node, as positions in the Shape it was placed on."""
 

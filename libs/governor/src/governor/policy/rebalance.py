@@ -4,7 +4,7 @@
 last asked for) and the pool's nodes into a replica target per workload, with reasons, and the
 capacity shortfalls:
 
-1. each recommendation within its policy's bounds (`stages.bound`) becomes a `Demand`;
+1. each recommendation within its policy's bounds (`recommend.bound`) becomes a `Demand`;
 2. `allocate` over the pool's nodes, under the namespace quotas and Volcano queues its
    workloads fall under (`constraints`), with the previous allocation handed back (hysteresis,
    stable placement). Failed nodes, GPUs and NICs are simply absent from the inventory (not
@@ -33,7 +33,7 @@ from governor.events import NodeState, Reason, Recommendation, Shortfall
 from governor.policy import elastic as el
 from governor.policy.allocate import DEFAULT_MARGIN, Allocation, Demand, Grant, allocate
 from governor.policy.quotas import Constraints
-from governor.policy.stages import bound
+from governor.policy.recommend import bound
 from governor.spec import ElasticSpec
 
 RESOLVED = "resolved"
@@ -97,6 +97,39 @@ def _judge(m: Member, grant: int, want: int, now: float) -> tuple[el.Verdict, el
     )
 
 
+def _allocate_with_holds(
+    ms: list[Member],
+    nodes: list[NodeState],
+    previous: Allocation | None,
+    bounded: dict[str, tuple[int, list[Reason]]],
+    now: float,
+    margin: float,
+    constraints: Constraints | None,
+) -> tuple[Allocation, Allocation, dict[str, el.Verdict], int]:
+    """Allocate, pin the elastic jobs whose resize does not pay for its restart, and again until
+    no new job holds: (last allocation, first allocation, holds, rounds)."""
+    held: dict[str, el.Verdict] = {}
+    first: Allocation | None = None
+    rounds = 0
+    while True:
+        demands = [_demand(m, bounded[m.rec.workload][0], held.get(m.rec.workload)) for m in ms]
+        alloc = allocate(demands, nodes, previous, margin=margin, constraints=constraints)
+        rounds += 1
+        if first is None:
+            first = alloc
+        new = {}
+        for m in ms:
+            w = m.rec.workload
+            if m.elastic is None or w in held:
+                continue
+            v, _ = _judge(m, alloc.grants[w].replicas, bounded[w][0], now)
+            if v.kind == "hold":
+                new[w] = v
+        if not new:
+            return alloc, first, held, rounds
+        held.update(new)
+
+
 def plan(
     members: Iterable[Member],
     nodes: Iterable[NodeState],
@@ -112,26 +145,9 @@ def plan(
     ms = sorted(members, key=lambda m: m.rec.workload)
     node_list = list(nodes)
     bounded = {m.rec.workload: bound(m.rec) for m in ms}
-    held: dict[str, el.Verdict] = {}
-    first: Allocation | None = None
-    rounds = 0
-    while True:
-        demands = [_demand(m, bounded[m.rec.workload][0], held.get(m.rec.workload)) for m in ms]
-        alloc = allocate(demands, node_list, previous, margin=margin, constraints=constraints)
-        rounds += 1
-        if first is None:
-            first = alloc
-        new = {}
-        for m in ms:
-            w = m.rec.workload
-            if m.elastic is None or w in held:
-                continue
-            v, _ = _judge(m, alloc.grants[w].replicas, bounded[w][0], now)
-            if v.kind == "hold":
-                new[w] = v
-        if not new:
-            break
-        held.update(new)
+    alloc, first, held, rounds = _allocate_with_holds(
+        ms, node_list, previous, bounded, now, margin, constraints
+    )
     targets: dict[str, Target] = {}
     short: list[Shortfall] = []
     for m in ms:

@@ -1,18 +1,24 @@
 """The damped scale policy: one workload's desired replicas from its windows, as HPA would.
 
-`evaluate` composes, in HPA's order (horizontal.go reconcileAutoscaler → computeReplicasForMetrics
-→ normalizeDesiredReplicasWithBehaviors), with KEDA's and Knative's additions slotted in:
+`evaluate` reads top to bottom as named steps, in HPA's order (horizontal.go
+reconcileAutoscaler → computeReplicasForMetrics → normalizeDesiredReplicasWithBehaviors), with
+KEDA's and Knative's additions slotted in; each step returns the count it binds (or None) and
+adds its Reason:
 
-1. one desired count per metric (replicas.py), missing/stale data (staleness.py) and the fallback;
-2. the target's own state: nothing known → not actionable; 0 replicas without scale-to-zero →
-   scaling disabled (HPA); scale-to-zero activation and cooldown (KEDA, zero.py); current above
-   max / below min → straight to the bound (HPA: no history recorded);
-3. the max over metrics, and no scale-down while any metric is invalid (HPA);
-4. panic mode on the short window (panic.py, Knative);
-5. stabilization windows, then rate limits and min/max/replicaCap (behavior.py, HPA); the cap is
-   the effective max but never undercuts minReplicas.
+1. `_net_events`: the scale events the rate limits see (the target's net change);
+2. `_observe` → `_metric_step` → `_tolerance`: one desired count per metric (replicas.py), HPA's
+   readiness rules and the tolerance band;
+3. `_fallback`: missing/stale data (staleness.py) and the fallback;
+4. `_target_state`: nothing known → not actionable; 0 replicas without scale-to-zero → scaling
+   disabled (HPA); scale-to-zero activation and cooldown (KEDA, zero.py); current above max /
+   below min → straight to the bound (HPA: no history recorded);
+5. `_invalid_hold`: the max over metrics, and no scale-down while any metric is invalid (HPA);
+6. `_panic`: panic mode on the short window (panic.py, Knative); (a forecast's floor slots in
+   after it);
+7. `_stabilization`, then `_rate_limits` with min/max/replicaCap (behavior.py, HPA); the cap is
+   the effective max but never undercuts minReplicas; last, KEDA's 0 → 1.
 
-Every stage that changes the count adds a Reason; `bound_by` names the last one that did.
+`bound_by` names the last step that changed the count.
 
 Deliberate differences from upstream, each for a reason the tests name:
 * a metric whose ratio says "up" never yields fewer replicas than current (HPA's External Value
@@ -25,7 +31,7 @@ Deliberate differences from upstream, each for a reason the tests name:
   maximum, which can be below pods added from elsewhere).
 
 Extension point: elastic training jobs (`policy.elastic`) will add restart-aware damping after
-step 5 (a resize must beat its restart penalty); today minReplicas stays the floor and `elastic`
+step 7 (a resize must beat its restart penalty); today minReplicas stays the floor and `elastic`
 is not read here.
 """
 
@@ -34,18 +40,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import msgspec
+
 from governor.events import MetricInput, Reason, Rule
 from governor.policy.behavior import (
     ResolvedBehavior,
     limit_rate,
+    rate_limit_detail,
     record,
     record_event,
     resolve,
-    scale_down_limit,
-    scale_up_limit,
     stabilize,
 )
-from governor.policy.panic import panic_step
+from governor.policy.panic import PanicOutcome, panic_step
 from governor.policy.replicas import (
     Tolerances,
     per_pod_replicas,
@@ -55,9 +62,9 @@ from governor.policy.replicas import (
     whole_percent,
 )
 from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
-from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
+from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.policy.zero import above_activation, idle_check
-from governor.spec import MetricSpec, ResourceSource, ScalingPolicySpec
+from governor.spec import MetricSpec, ResourceSource, ScaleToZeroSpec, ScalingPolicySpec
 
 
 def _target(metric: MetricSpec) -> float:
@@ -88,12 +95,17 @@ class _Metric:
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    """What evaluate derives from a policy alone: resolved behavior, per-metric constants."""
+    """What evaluate derives from a policy alone: resolved behavior, bounds, metric constants."""
 
     behavior: ResolvedBehavior
+    tol: Tolerances
     metrics: tuple[_Metric, ...]
     up_window: str
     down_window: str
+    zero: ScaleToZeroSpec | None  # scale-to-zero, when minReplicas is 0
+    lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
+    hi: int  # maxReplicas or the lower replicaCap, never under lo
+    cap_binds: bool  # hi is the replicaCap
 
 
 _COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
@@ -107,8 +119,21 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
     if hit is not None and hit[0] is policy:
         return hit[1]
     behavior = resolve(policy.behavior)
+    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
+    hi = policy.max_replicas
+    cap_binds = False
+    if policy.replica_cap is not None and policy.replica_cap < hi:
+        hi, cap_binds = policy.replica_cap, True
+    lo = policy.min_replicas if zero is None else 1
+    if hi < lo:
+        hi, cap_binds = lo, False
     compiled = _Compiled(
         behavior=behavior,
+        tol=behavior.tolerances,
+        zero=zero,
+        lo=lo,
+        hi=hi,
+        cap_binds=cap_binds,
         up_window=f"stabilization window {behavior.up.window:.4g} s",
         down_window=f"stabilization window {behavior.down.window:.4g} s",
         metrics=tuple(
@@ -147,74 +172,352 @@ def _metric_desired(
     return per_pod_replicas(current, value, target, tol)
 
 
-def _rate_detail(
-    direction: str,
-    current: int,
-    limit: int,
-    behavior: ResolvedBehavior,
-    events: list[tuple[float, int]],
-    now: float,
-) -> str:
-    """Names the policy that produced the limit; built only when a rate limit binds."""
-    rules = behavior.up if direction == "scaleUp" else behavior.down
-    if rules.select == "Disabled":
-        return f"{direction} selectPolicy Disabled holds {current}"
-    for p in rules.policies:
-        one = type(rules)(rules.window, rules.select, (p,), rules.tolerance)
-        f = scale_up_limit if direction == "scaleUp" else scale_down_limit
-        if f(current, events, one, now) == limit:
-            return (
-                f"{direction} policy {p.type} {p.value}/{p.period_seconds}s limits to {limit}"
-                f" (selectPolicy {rules.select})"
-            )
-    # Only the clamp to current can make no single policy match: the period's budget is spent.
-    return f"{direction} policies hold {current}: this period's changes used up their budget"
+class _Evaluation(msgspec.Struct):
+    """One evaluation in progress: what every step reads (the policy, the target, now) and
+    what the metric steps found together. A msgspec Struct, built once per evaluation: a
+    dataclass's __init__ costs a visible share of one."""
+
+    policy: ScalingPolicySpec
+    c: _Compiled
+    current: int
+    ready: int
+    now: float
+    reasons: list[Reason]  # every step that changes the count adds its Reason here
+    inputs: list[MetricInput]
+    best: int = -1  # the largest count a metric (or the fallback) asks for
+    best_rule: Rule = "metric"
+    invalid: int = 0
+    failing: list[_Metric] | None = None  # allocated only when a metric fails
+    failing_age: float = 0.0
+    panic_desired: int | None = None
+    panic_metric: str | None = None
+    active: bool = False
+    newest: float = 0.0
+    all_within: bool = True
 
 
-def _finish(
-    state: ScaleState,
-    current: int,
-    now: float,
-    events: list[tuple[float, int]],
-    event_horizon: float,
-    failures: int,
-    failing_since: float | None,
-    last_active: float | None,
-    newest: float,
-    reasons: list[Reason],
-    metric_inputs: list[MetricInput],
-    desired: int,
-    bound_by: Rule,
-    history: list[tuple[float, int]] | None,
-    panic_since: float | None,
-    panic_max: int,
-    panic_over_at: float | None,
-    actionable: bool,
-) -> tuple[ScaleResult, ScaleState]:
-    """The result and the next state; a decision to change is recorded as a scale event."""
-    if actionable and desired != current:
-        events = record_event(events, now, desired - current, now, event_horizon)
-    new_state = ScaleState(
-        state.recommendations if history is None else history,
-        events,
-        panic_since,
-        panic_max,
-        failures,
-        last_active,
-        desired if actionable else current,
-        failing_since,
-        panic_over_at,
+def _no_workload(inputs: ScaleInputs) -> ScaleResult:
+    newest = max(
+        (o.newest_sample for o in inputs.observations.values() if o.newest_sample is not None),
+        default=0.0,
     )
-    result = ScaleResult(
-        desired=desired,
-        current=current,
-        bound_by=bound_by,
-        reasons=reasons,
-        inputs=metric_inputs,
+    return ScaleResult(
+        desired=0,
+        current=0,
+        bound_by="no_workload_state",
+        reasons=[Reason(rule="no_workload_state", detail="no state of the target seen yet")],
+        inputs=[],
         newest_input=newest,
-        actionable=actionable,
+        actionable=False,
     )
-    return result, new_state
+
+
+def _net_events(ev: _Evaluation, state: ScaleState) -> list[tuple[float, int]]:
+    """The scale events the rate limits see: the target's net change, not only our decisions.
+
+    Like HPA, a decision is recorded as a scale event when it is made (so it ages out of the
+    rate-limit period exactly as HPA's does). Whatever the target did instead — the decision
+    not applied yet, capped by capacity, or a manual change — shows up as a difference from the
+    expected replicas and is recorded as a correcting event.
+    """
+    events = state.scale_events
+    horizon = ev.c.behavior.event_horizon
+    expected = state.expected_replicas
+    if expected is not None and expected != ev.current:
+        return record_event(events, ev.now, ev.current - expected, ev.now, horizon)
+    if events and events[0][0] <= ev.now - horizon:
+        return record_event(events, ev.now, 0, ev.now, horizon)
+    return events
+
+
+def _observe(ev: _Evaluation, observations: dict[str, MetricObservation]) -> None:
+    """Observe → per-metric desired → tolerance, for every metric of the policy."""
+    now, newest, zero = ev.now, 0.0, ev.c.zero
+    for m in ev.c.metrics:
+        obs = observations.get(m.name)
+        value = obs.stable if obs is not None else None
+        sample_at = obs.newest_sample if obs is not None else None
+        if sample_at is not None and sample_at > newest:
+            newest = sample_at
+        age = now - sample_at if sample_at is not None else 0.0
+        if value is None or age > m.stale_after:
+            ev.failing = [m] if ev.failing is None else [*ev.failing, m]
+            ev.failing_age = max(ev.failing_age, age)
+            ev.inputs.append(
+                MetricInput(
+                    metric=m.name, value=value, target=m.target, target_type=m.kind,
+                    newest_sample=sample_at, stale=True,
+                )
+            )  # fmt: skip
+            continue
+        assert obs is not None
+        if zero is not None and not ev.active:
+            ev.active = above_activation(zero, value) or above_activation(zero, obs.panic)
+        _metric_step(ev, m, obs, value)
+    ev.newest = newest
+
+
+def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: float) -> None:
+    """One fresh metric's desired count, the readiness and tolerance rules, its panic count."""
+    current, ready, tol = ev.current, ev.ready, ev.c.tol
+    desired = _metric_desired(m.kind, current, ready, value, m.target, tol)
+    if desired is None:
+        ev.invalid += 1
+        detail = f"no ready replica reports {m.kind} ({ready} of {current} ready)"
+        ev.reasons.append(Reason(rule="readiness", metric=m.name, detail=detail))
+        ev.inputs.append(
+            MetricInput(
+                metric=m.name, value=value, target=m.target, target_type=m.kind,
+                newest_sample=obs.newest_sample,
+            )
+        )  # fmt: skip
+        return
+    ratio = _ratio(m.kind, value, m.target, current)
+    desired, rule, detail = _tolerance(ev, m, value, ratio, desired)
+    ev.inputs.append(
+        MetricInput(
+            metric=m.name, value=value, target=m.target, target_type=m.kind,
+            newest_sample=obs.newest_sample, desired=desired,
+        )
+    )  # fmt: skip
+    if rule != "tolerance":
+        ev.all_within = False
+    ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
+    if desired > ev.best:
+        ev.best, ev.best_rule = desired, rule
+    if ev.policy.panic is not None and obs.panic is not None:
+        pd = raw_replicas(m.kind, current, ready, obs.panic, m.target)
+        if ev.panic_desired is None or pd > ev.panic_desired:
+            ev.panic_desired, ev.panic_metric = pd, m.name
+
+
+def _tolerance(
+    ev: _Evaluation, m: _Metric, value: float, ratio: float, desired: int
+) -> tuple[int, Rule, str]:
+    """A metric's count after HPA's readiness rules and the tolerance band, and why."""
+    current, ready, tol = ev.current, ev.ready, ev.c.tol
+    if current and ((ratio > 1.0 and desired < current) or (ratio < 1.0 and desired > current)):
+        # The ready pods scale the ratio; when too few are ready the count can move against
+        # the load's direction (HPA's External Value does): hold instead, as HPA does for
+        # resource metrics ("a change in scale direction").
+        detail = (
+            f"ratio {ratio:.4g} over {ready} ready of {current} would give {desired}:"
+            f" holds {current}"
+        )
+        return current, "readiness", detail
+    if m.kind == "Utilization" and desired == current and ready < current and ratio > 1.0:
+        # HPA's unready rule: counting unready pods at 0 % left the change in the band or
+        # flipped its direction.
+        detail = (
+            f"ratio {ratio:.4g} over {ready} ready; with {current - ready} unready at 0 %"
+            f" no scale-up: holds {current}"
+        )
+        return desired, "readiness", detail
+    if current and desired == current and tol.within(ratio):
+        detail = (
+            f"ratio {ratio:.4g} within tolerance"
+            f" [{1 - tol.down:.4g}, {1 + tol.up:.4g}]: holds {current}"
+        )
+        return desired, "tolerance", detail
+    return desired, "metric", f"{m.kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
+
+
+def _fallback(ev: _Evaluation, state: ScaleState, step_seconds: float) -> tuple[int, float | None]:
+    """Missing or stale data (staleness.py): the failure count, since when, and the fallback."""
+    failing = ev.failing
+    if not failing:
+        return 0, None
+    now = ev.now
+    failing_since = state.failing_since if state.failing_since is not None else now
+    # Failures count evaluation steps, not calls: the decider also evaluates on every tick
+    # and message, and KEDA's failureThreshold counts polls. One call per step (HPA, the
+    # simulator) counts exactly as before.
+    failures = max(state.failures, 1 + int((now - failing_since) // step_seconds))
+    failing_for = max(now - failing_since, ev.failing_age)
+    fb = ev.policy.fallback
+    held = failing
+    if fb is not None and fallback_due(fb, failures, failing_for):
+        covered = [f.name for f in failing if f.fallback_ok]
+        held = [f for f in failing if not f.fallback_ok]
+        if covered:
+            fr = fallback_replicas(fb, ev.current)
+            detail = (
+                f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
+                f" fallback {fb.behavior} → {fr}"
+            )
+            ev.reasons.append(Reason(rule="fallback", metric=",".join(covered), detail=detail))
+            if fr > ev.best:
+                ev.best, ev.best_rule = fr, "fallback"
+            ev.all_within = False
+    if held:
+        ev.invalid += len(held)
+        detail = (
+            f"no fresh data for {failures} evaluations ({failing_for:.4g} s): no scale-down on it"
+        )
+        ev.reasons.append(
+            Reason(rule="stale_hold", metric=",".join(f.name for f in held), detail=detail)
+        )
+    return failures, failing_since
+
+
+def _target_state(
+    ev: _Evaluation, cooled_down: bool, last_active: float | None
+) -> tuple[int, Rule, bool] | None:
+    """The target's own state and the zero step: (replicas, rule, actionable), or None."""
+    current, zero, hi, lo = ev.current, ev.c.zero, ev.c.hi, ev.c.lo
+    if zero is None and current == 0:
+        detail = "the target has 0 replicas and minReplicas > 0: scaling is disabled (HPA)"
+        ev.reasons.append(Reason(rule="disabled", detail=detail))
+        return 0, "disabled", False
+    if zero is not None and current == 0 and not ev.active:
+        detail = (
+            f"no fresh metric above activation threshold {zero.activation_threshold:.4g}:"
+            " stays at 0"
+        )
+        ev.reasons.append(Reason(rule="activation", detail=detail))
+        return 0, "activation", True
+    if zero is not None and current > 0 and cooled_down:
+        assert last_active is not None
+        detail = (
+            f"no metric above activation threshold {zero.activation_threshold:.4g}"
+            f" for {ev.now - last_active:.4g} s (cooldown {zero.cooldown_seconds:.4g} s): to 0"
+        )
+        ev.reasons.append(Reason(rule="scale_to_zero", detail=detail))
+        return 0, "scale_to_zero", True
+    if current > hi:
+        bound: Rule = "cap" if ev.c.cap_binds else "max"
+        ev.reasons.append(Reason(rule=bound, detail=f"current {current} above {bound} {hi}"))
+        return hi, bound, True
+    if 0 < current < lo:
+        ev.reasons.append(Reason(rule="min", detail=f"current {current} below minReplicas {lo}"))
+        return lo, "min", True
+    return None
+
+
+def _invalid_hold(ev: _Evaluation) -> tuple[int, Rule] | None:
+    """HPA's rule for invalid metrics: no scale-down while any metric is invalid."""
+    best, current, invalid = ev.best, ev.current, ev.invalid
+    if not (best < 0 or (invalid and best < current)):
+        return None
+    bound: Rule = "stale_hold" if ev.failing else "readiness"
+    detail = (
+        f"{invalid} of {len(ev.c.metrics)} metrics invalid"
+        + (f" and the rest ask for {best}" if best >= 0 else "")
+        + f": holds {current}"
+    )
+    ev.reasons.append(Reason(rule=bound, detail=detail))
+    return current, bound
+
+
+def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutcome, int | None]:
+    """Panic mode (Knative, panic.py): the new panic state and the count it forces, if any."""
+    spec = ev.policy.panic
+    assert spec is not None
+    out = panic_step(
+        spec,
+        stable_desired=desired,
+        panic_desired=ev.panic_desired,
+        ready=ev.ready,
+        since=state.panic_since,
+        over_at=state.panic_over_at,
+        panic_max=state.panic_max,
+        now=ev.now,
+    )
+    if out.entered:
+        detail = (
+            f"panic: the panic window asks {ev.panic_desired} with {ev.ready} ready"
+            f" (≥ {spec.threshold_percent:.4g} %)"
+        )
+        ev.reasons.append(Reason(rule="panic", metric=ev.panic_metric, detail=detail))
+    if out.exited:
+        detail = (
+            f"panic ends: under {spec.threshold_percent:.4g} % for a"
+            f" stable window ({spec.stable_window_seconds:.4g} s)"
+        )
+        ev.reasons.append(Reason(rule="panic", detail=detail))
+    if out.since is None:
+        return out, None
+    panicked = max(out.desired, ev.current)
+    if panicked == desired:
+        return out, None
+    detail = (
+        f"panicking for {ev.now - out.since:.0f} s: panic window asks {ev.panic_desired},"
+        f" stable {desired}, never below {max(out.panic_max, ev.current)}"
+    )
+    ev.reasons.append(Reason(rule="panic", metric=ev.panic_metric, detail=detail))
+    return out, panicked
+
+
+def _stabilization(
+    ev: _Evaluation, state: ScaleState, desired: int, step_seconds: float
+) -> tuple[int | None, list[tuple[float, int]]]:
+    """HPA's stabilization windows: the count they hold (None: no change) and the new history."""
+    behavior, current, now = ev.c.behavior, ev.current, ev.now
+    past = state.recommendations
+    if not past and behavior.horizon > 0:
+        # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
+        past = [(now, current)]
+    st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
+    history = record(past, desired, now, step_seconds, behavior.horizon)
+    if st.replicas == desired:
+        return None, history
+    if desired < current or st.replicas > desired:
+        detail = f"{ev.c.down_window} holds {st.replicas} (max of recommendations) over {desired}"
+    else:
+        detail = f"{ev.c.up_window} holds {st.replicas} (min of recommendations) under {desired}"
+    ev.reasons.append(Reason(rule="stabilization", detail=detail))
+    return st.replicas, history
+
+
+def _rate_limits(
+    ev: _Evaluation, events: list[tuple[float, int]], desired: int
+) -> tuple[int, Rule] | None:
+    """HPA's rate-limit policies and the min/max/replicaCap clamps (behavior.py)."""
+    current, lo, hi, behavior = ev.current, ev.c.lo, ev.c.hi, ev.c.behavior
+    limited = limit_rate(current, desired, lo, hi, events, behavior, ev.now)
+    if limited.rule is None:
+        return None
+    rule: Rule = limited.rule
+    if rule == "max" and ev.c.cap_binds:
+        rule = "cap"
+    if rule in ("rate_limit", "disabled"):
+        direction = "scaleUp" if desired > current else "scaleDown"
+        detail = rate_limit_detail(direction, current, limited.limit, behavior, events, ev.now)
+    elif rule == "min":
+        detail = f"minReplicas {lo} holds {limited.replicas} over {desired}"
+    else:
+        detail = f"{rule} {hi} holds {limited.replicas} under {desired}"
+    ev.reasons.append(Reason(rule=rule, detail=detail))
+    return limited.replicas, rule
+
+
+def _damp(
+    ev: _Evaluation, state: ScaleState, events: list[tuple[float, int]], step: float
+) -> tuple[int, Rule, list[tuple[float, int]], PanicOutcome | None]:
+    """The metrics' count through panic, stabilization and the rate limits, and the new state."""
+    current, reasons = ev.current, ev.reasons
+    desired = ev.best
+    bound = "tolerance" if ev.all_within and desired == current else ev.best_rule
+    if current == 0 and desired < 1:
+        desired, bound = 1, "scale_to_zero"
+        reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
+    out: PanicOutcome | None = None
+    if ev.policy.panic is not None:
+        out, panicked = _panic(ev, state, desired)
+        if panicked is not None:
+            desired, bound = panicked, "panic"
+    # (forecast: a proactive floor slots in here, before the stabilization windows)
+    stabilized, history = _stabilization(ev, state, desired, step)
+    if stabilized is not None:
+        desired, bound = stabilized, "stabilization"
+    limited = _rate_limits(ev, events, desired)
+    if limited is not None:
+        desired, bound = limited
+    if current == 0 and desired < 1:
+        # Percent-only policies cannot grow from 0; KEDA's 0 → 1 is a step of its own.
+        desired, bound = 1, "scale_to_zero"
+        reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
+    return desired, bound, history, out
 
 
 def evaluate(
@@ -234,375 +537,51 @@ def evaluate(
     """
     if not step_seconds > 0:
         raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
+    if inputs.workload is None:
+        return _no_workload(inputs), state
     wl = inputs.workload
-    observations = inputs.observations
-    if wl is None:
-        newest = max(
-            (o.newest_sample for o in observations.values() if o.newest_sample is not None),
-            default=0.0,
-        )
-        result = ScaleResult(
-            desired=0,
-            current=0,
-            bound_by="no_workload_state",
-            reasons=[Reason(rule="no_workload_state", detail="no state of the target seen yet")],
-            inputs=[],
-            newest_input=newest,
-            actionable=False,
-        )
-        return result, state
-
-    current = wl.spec_replicas
-    ready = wl.ready_replicas
-    compiled = _compile(policy)
-    behavior = compiled.behavior
-    tol = behavior.tolerances
-
-    # Like HPA, a decision is recorded as a scale event when it is made (so it ages out of the
-    # rate-limit period exactly as HPA's does). Whatever the target did instead — the decision
-    # not applied yet, capped by capacity, or a manual change — shows up as a difference from the
-    # expected replicas and is recorded as a correcting event: only the net change counts.
-    events = state.scale_events
-    expected = state.expected_replicas
-    if expected is not None and expected != current:
-        events = record_event(events, now, current - expected, now, behavior.event_horizon)
-    elif events and events[0][0] <= now - behavior.event_horizon:
-        events = record_event(events, now, 0, now, behavior.event_horizon)
-
-    reasons: list[Reason] = []
-    metric_inputs: list[MetricInput] = []
-    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
-
-    best = -1
-    best_rule: Rule = "metric"
-    invalid = 0
-    failing: list[_Metric] | None = None  # allocated only when a metric fails
-    failing_age = 0.0
-    panic_desired: int | None = None
-    panic_metric: str | None = None
-    active = False
-    newest = 0.0
-    all_within = True
-    for m in compiled.metrics:
-        name = m.name
-        kind = m.kind
-        target = m.target
-        obs = observations.get(name)
-        value = obs.stable if obs is not None else None
-        sample_at = obs.newest_sample if obs is not None else None
-        if sample_at is not None and sample_at > newest:
-            newest = sample_at
-        age = now - sample_at if sample_at is not None else 0.0
-        if value is None or age > m.stale_after:
-            if failing is None:
-                failing = [m]
-            else:
-                failing.append(m)
-            if age > failing_age:
-                failing_age = age
-            metric_inputs.append(
-                MetricInput(
-                    metric=name,
-                    value=value,
-                    target=target,
-                    target_type=kind,
-                    newest_sample=sample_at,
-                    stale=True,
-                )
-            )
-            continue
-        assert obs is not None
-        if zero is not None and not active:
-            active = above_activation(zero, value) or above_activation(zero, obs.panic)
-        desired = _metric_desired(kind, current, ready, value, target, tol)
-        ratio = _ratio(kind, value, target, current)
-        if desired is None:
-            invalid += 1
-            reasons.append(
-                Reason(
-                    rule="readiness",
-                    metric=name,
-                    detail=f"no ready replica reports {kind} ({ready} of {current} ready)",
-                )
-            )
-            metric_inputs.append(
-                MetricInput(
-                    metric=name,
-                    value=value,
-                    target=target,
-                    target_type=kind,
-                    newest_sample=sample_at,
-                )
-            )
-            continue
-        rule: Rule = "metric"
-        if current and ((ratio > 1.0 and desired < current) or (ratio < 1.0 and desired > current)):
-            # The ready pods scale the ratio; when too few are ready the count can move against
-            # the load's direction (HPA's External Value does): hold instead, as HPA does for
-            # resource metrics ("a change in scale direction").
-            rule = "readiness"
-            detail = (
-                f"ratio {ratio:.4g} over {ready} ready of {current} would give {desired}:"
-                f" holds {current}"
-            )
-            desired = current
-        elif kind == "Utilization" and desired == current and ready < current and ratio > 1.0:
-            # HPA's unready rule: counting unready pods at 0 % left the change in the band or
-            # flipped its direction.
-            rule = "readiness"
-            detail = (
-                f"ratio {ratio:.4g} over {ready} ready; with {current - ready} unready at 0 %"
-                f" no scale-up: holds {current}"
-            )
-        elif current and desired == current and tol.within(ratio):
-            rule = "tolerance"
-            detail = (
-                f"ratio {ratio:.4g} within tolerance"
-                f" [{1 - tol.down:.4g}, {1 + tol.up:.4g}]: holds {current}"
-            )
-        else:
-            detail = f"{kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
-        if rule != "tolerance":
-            all_within = False
-        reasons.append(Reason(rule=rule, metric=name, value=ratio, detail=detail))
-        metric_inputs.append(
-            MetricInput(
-                metric=name,
-                value=value,
-                target=target,
-                target_type=kind,
-                newest_sample=sample_at,
-                desired=desired,
-            )
-        )
-        if desired > best:
-            best, best_rule = desired, rule
-        if policy.panic is not None and obs.panic is not None:
-            pd = raw_replicas(kind, current, ready, obs.panic, target)
-            if panic_desired is None or pd > panic_desired:
-                panic_desired, panic_metric = pd, name
-
-    # --- missing or stale data and the fallback (staleness.py) ---------------------------------
-    failures = 0
-    failing_since: float | None = None
-    if failing:
-        failing_since = state.failing_since if state.failing_since is not None else now
-        # Failures count evaluation steps, not calls: the decider also evaluates on every tick
-        # and message, and KEDA's failureThreshold counts polls. One call per step (HPA, the
-        # simulator) counts exactly as before.
-        failures = max(state.failures, 1 + int((now - failing_since) // step_seconds))
-        failing_for = max(now - failing_since, failing_age)
-        fb = policy.fallback
-        held = failing
-        if fb is not None and fallback_due(fb, failures, failing_for):
-            covered = [f.name for f in failing if f.fallback_ok]
-            held = [f for f in failing if not f.fallback_ok]
-            if covered:
-                fr = fallback_replicas(fb, current)
-                reasons.append(
-                    Reason(
-                        rule="fallback",
-                        metric=",".join(covered),
-                        detail=(
-                            f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
-                            f" fallback {fb.behavior} → {fr}"
-                        ),
-                    )
-                )
-                if fr > best:
-                    best, best_rule = fr, "fallback"
-                all_within = False
-        if held:
-            invalid += len(held)
-            reasons.append(
-                Reason(
-                    rule="stale_hold",
-                    metric=",".join(f.name for f in held),
-                    detail=(
-                        f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
-                        " no scale-down on it"
-                    ),
-                )
-            )
-
-    # Everything below decides. One if/elif chain with a single exit: every branch sets the
-    # outcome (no early returns through a closure, which would turn the locals into cells).
-    last_active = state.last_active
-    hi = policy.max_replicas
-    cap_binds = False
-    if policy.replica_cap is not None and policy.replica_cap < hi:
-        hi, cap_binds = policy.replica_cap, True
-    lo = policy.min_replicas if zero is None else 1
-    if hi < lo:
-        hi, cap_binds = lo, False
-    cooled_down = False
-    if zero is not None:
-        idle = idle_check(zero, active or failing is not None, last_active, now)
+    ev = _Evaluation(policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [])
+    current = ev.current
+    events = _net_events(ev, state)
+    _observe(ev, inputs.observations)
+    failures, failing_since = _fallback(ev, state, step_seconds) if ev.failing else (0, None)
+    last_active, cooled_down = state.last_active, False
+    if ev.c.zero is not None:
+        idle = idle_check(ev.c.zero, ev.active or ev.failing is not None, last_active, now)
         last_active, cooled_down = idle.last_active, idle.cooled_down
-
     # HPA's recordInitialRecommendation: the first sync of a target records its current
     # replicas, whatever that sync then decides (bounds, invalid metrics, disabled), so a later
     # stabilization window sees it exactly as long as HPA's does.
-    history: list[tuple[float, int]] | None = None  # None: the history is left as it was
-    if not state.recommendations and behavior.horizon > 0:
+    history = state.recommendations
+    if not history and ev.c.behavior.horizon > 0:
         history = [(now, current)]
-    panic_since, panic_max, panic_over_at = state.panic_since, state.panic_max, state.panic_over_at
+    panic = (state.panic_since, state.panic_max, state.panic_over_at)
     actionable = True
     bound: Rule
-
-    # --- the target's own state ---------------------------------------------------------------
-    if zero is None and current == 0:
-        desired, bound, actionable = 0, "disabled", False
-        reasons.append(
-            Reason(
-                rule="disabled",
-                detail="the target has 0 replicas and minReplicas > 0: scaling is disabled (HPA)",
-            )
-        )
-    elif zero is not None and current == 0 and not active:
-        desired, bound = 0, "activation"
-        reasons.append(
-            Reason(
-                rule="activation",
-                detail=(
-                    f"no fresh metric above activation threshold"
-                    f" {zero.activation_threshold:.4g}: stays at 0"
-                ),
-            )
-        )
-    elif zero is not None and current > 0 and cooled_down:
-        assert last_active is not None
-        desired, bound = 0, "scale_to_zero"
-        reasons.append(
-            Reason(
-                rule="scale_to_zero",
-                detail=(
-                    f"no metric above activation threshold {zero.activation_threshold:.4g}"
-                    f" for {now - last_active:.4g} s (cooldown {zero.cooldown_seconds:.4g} s):"
-                    " to 0"
-                ),
-            )
-        )
-    elif current > hi:
-        desired = hi
-        bound = "cap" if cap_binds else "max"
-        reasons.append(Reason(rule=bound, detail=f"current {current} above {bound} {hi}"))
-    elif 0 < current < lo:
-        desired, bound = lo, "min"
-        reasons.append(Reason(rule="min", detail=f"current {current} below minReplicas {lo}"))
-
-    # --- HPA's rule for invalid metrics ---------------------------------------------------------
-    elif best < 0 or (invalid and best < current):
-        desired = current
-        bound = "stale_hold" if failing else "readiness"
-        reasons.append(
-            Reason(
-                rule=bound,
-                detail=(
-                    f"{invalid} of {len(compiled.metrics)} metrics invalid"
-                    + (f" and the rest ask for {best}" if best >= 0 else "")
-                    + f": holds {current}"
-                ),
-            )
-        )
-
+    c = ev.c
+    # Most evaluations meet neither step: skip their calls (a call is a visible share of one).
+    held = None
+    if current == 0 or cooled_down or not c.lo <= current <= c.hi:
+        held = _target_state(ev, cooled_down, last_active)
+    hold = None
+    if held is None and (ev.best < 0 or ev.invalid):
+        hold = _invalid_hold(ev)
+    if held is not None:
+        desired, bound, actionable = held
+    elif hold is not None:
+        desired, bound = hold
     else:
-        desired = best
-        bound = "tolerance" if all_within and desired == current else best_rule
-        if current == 0 and desired < 1:
-            desired, bound = 1, "scale_to_zero"
-            reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
-
-        # --- panic (Knative) --------------------------------------------------------------------
-        if policy.panic is not None:
-            out = panic_step(
-                policy.panic,
-                stable_desired=desired,
-                panic_desired=panic_desired,
-                ready=ready,
-                since=state.panic_since,
-                over_at=state.panic_over_at,
-                panic_max=state.panic_max,
-                now=now,
-            )
-            panic_since, panic_max, panic_over_at = out.since, out.panic_max, out.over_at
-            if out.entered:
-                reasons.append(
-                    Reason(
-                        rule="panic",
-                        metric=panic_metric,
-                        detail=(
-                            f"panic: the panic window asks {panic_desired} with {ready} ready"
-                            f" (≥ {policy.panic.threshold_percent:.4g} %)"
-                        ),
-                    )
-                )
-            if out.exited:
-                reasons.append(
-                    Reason(
-                        rule="panic",
-                        detail=(
-                            f"panic ends: under {policy.panic.threshold_percent:.4g} % for a"
-                            f" stable window ({policy.panic.stable_window_seconds:.4g} s)"
-                        ),
-                    )
-                )
-            if out.since is not None:
-                panicked = max(out.desired, current)
-                if panicked != desired:
-                    reasons.append(
-                        Reason(
-                            rule="panic",
-                            metric=panic_metric,
-                            detail=(
-                                f"panicking for {now - out.since:.0f} s: panic window asks"
-                                f" {panic_desired}, stable {desired}, never below"
-                                f" {max(out.panic_max, current)}"
-                            ),
-                        )
-                    )
-                    desired, bound = panicked, "panic"
-
-        # --- stabilization and rate limits (HPA behavior) ---------------------------------------
-        past = state.recommendations if history is None else history
-        st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
-        history = record(past, desired, now, step_seconds, behavior.horizon)
-        if st.replicas != desired:
-            if desired < current or st.replicas > desired:
-                detail = (
-                    f"{compiled.down_window} holds {st.replicas}"
-                    f" (max of recommendations) over {desired}"
-                )
-            else:
-                detail = (
-                    f"{compiled.up_window} holds {st.replicas}"
-                    f" (min of recommendations) under {desired}"
-                )
-            reasons.append(Reason(rule="stabilization", detail=detail))
-            desired, bound = st.replicas, "stabilization"
-
-        limited = limit_rate(current, desired, lo, hi, events, behavior, now)
-        if limited.rule is not None:
-            rule2: Rule = limited.rule
-            if rule2 == "max" and cap_binds:
-                rule2 = "cap"
-            if rule2 in ("rate_limit", "disabled"):
-                direction = "scaleUp" if desired > current else "scaleDown"
-                detail = _rate_detail(direction, current, limited.limit, behavior, events, now)
-            elif rule2 == "min":
-                detail = f"minReplicas {lo} holds {limited.replicas} over {desired}"
-            else:
-                detail = f"{rule2} {hi} holds {limited.replicas} under {desired}"
-            reasons.append(Reason(rule=rule2, detail=detail))
-            desired, bound = limited.replicas, rule2
-
-        if current == 0 and desired < 1:
-            # Percent-only policies cannot grow from 0; KEDA's 0 → 1 is a step of its own.
-            desired, bound = 1, "scale_to_zero"
-            reasons.append(Reason(rule="scale_to_zero", detail="activation: 0 → 1"))
-
-    return _finish(
-        state, current, now, events, behavior.event_horizon, failures, failing_since,
-        last_active, newest, reasons, metric_inputs, desired, bound, history, panic_since,
-        panic_max, panic_over_at, actionable,
+        desired, bound, history, out = _damp(ev, state, events, step_seconds)
+        if out is not None:
+            panic = (out.since, out.panic_max, out.over_at)
+    if actionable and desired != current:
+        events = record_event(events, now, desired - current, now, ev.c.behavior.event_horizon)
+    next_state = ScaleState(
+        history, events, panic[0], panic[1], failures, last_active,
+        desired if actionable else current, failing_since, panic[2],
     )  # fmt: skip
+    result = ScaleResult(
+        desired=desired, current=current, bound_by=bound, reasons=ev.reasons,
+        inputs=ev.inputs, newest_input=ev.newest, actionable=actionable,
+    )  # fmt: skip
+    return result, next_state

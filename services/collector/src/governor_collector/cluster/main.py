@@ -1,8 +1,8 @@
 """`governor-cluster-collector`: run the cluster side of the collector.
 
 Configuration: `GOVERNOR_CLUSTER_COLLECTOR_*` environment variables or the YAML file named by
-`GOVERNOR_CLUSTER_COLLECTOR_CONFIG` (fields of `ClusterCollectorSettings`); the command-line
-options below override them.
+`GOVERNOR_CLUSTER_COLLECTOR_CONFIG` or --config (fields of `ClusterCollectorSettings`); the
+command-line options below override them.
 """
 
 from __future__ import annotations
@@ -14,35 +14,19 @@ import logging
 import signal
 import sys
 
-import msgspec
-
-from governor.settings import ConfigError, load_settings
+from governor.entry import service_settings
 from governor.telemetry import HealthServer, configure_logging
+from governor_collector.cluster.cli import ENV_PREFIX
 from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
 
-ENV_PREFIX = "GOVERNOR_CLUSTER_COLLECTOR"
 log = logging.getLogger("governor.collector.cluster")
 
 
-def parse_args(argv: list[str] | None = None) -> ClusterCollectorSettings:
-    p = argparse.ArgumentParser(
-        prog="governor-cluster-collector",
-        description="Publish ScalingPolicies, workload state and node/device inventory to Kafka.",
-    )
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (host:port)")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-    p.add_argument("--coalesce-ms", type=int, help="delay that coalesces a burst of changes")
-    p.add_argument("--resync-seconds", type=float, help="full recompute period")
-    p.add_argument("--pool-label", help="node label naming a node's pool")
-    p.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz here")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ...")
-    p.add_argument("--no-ensure-topics", action="store_true", help="do not create the topics")
-    args = p.parse_args(argv)
-    try:
-        base = load_settings(ClusterCollectorSettings, ENV_PREFIX)
-    except ConfigError as e:
-        p.error(str(e))
-    over = {
+def resolve_settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> ClusterCollectorSettings:
+    """The settings from defaults, file and environment, then the command-line options."""
+    over: dict[str, object] = {
         k: v
         for k, v in {
             "bootstrap": args.bootstrap,
@@ -57,11 +41,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterCollectorSettings:
     }
     if args.no_ensure_topics:
         over["ensure_topics"] = False
-    try:
-        return msgspec.convert({**msgspec.structs.asdict(base), **over}, ClusterCollectorSettings)
-    except msgspec.ValidationError as e:
-        p.error(str(e))
-    raise AssertionError("unreachable")
+    return service_settings(parser, args, ClusterCollectorSettings, ENV_PREFIX, over)
 
 
 async def run(settings: ClusterCollectorSettings) -> None:
@@ -84,13 +64,10 @@ async def run(settings: ClusterCollectorSettings) -> None:
             await health.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
-    configure_logging("cluster-collector", settings.log_level)
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Run the cluster collector (the command line parsed by governor_collector.cluster.cli)."""
+    resolved = resolve_settings(parser, args)
+    configure_logging("cluster-collector", resolved.log_level)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(settings))
+        asyncio.run(run(resolved))
     sys.exit(0)
-
-
-if __name__ == "__main__":
-    main()

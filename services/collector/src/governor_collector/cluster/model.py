@@ -31,7 +31,7 @@ from typing import Any, Literal
 import msgspec
 from prometheus_client import Counter
 
-from governor.events import Event, NodeState, PolicyRecord, QueueState, QuotaState, WorkloadState
+from governor.events import Event
 from governor.inventory import (
     POOL_LABEL,
     DeviceObject,
@@ -507,13 +507,3 @@ class ClusterModel:
             self.published[change.table].pop(change.key, None)
         else:
             self.published[change.table][change.key] = change.value
-
-
-def published_types() -> dict[Table, type[Event]]:
-    return {
-        "policies": PolicyRecord,
-        "workloads": WorkloadState,
-        "cluster": NodeState,
-        "quotas": QuotaState,
-        "queues": QueueState,
-    }

@@ -1,0 +1,161 @@
+"""`governor simulate | compare | traces`: replay a load trace through governor and the HPA."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from governor.spec import PolicyError, ScalingPolicySpec
+from governor_tools.sim import report, traces
+from governor_tools.sim.policies import default_policy, policies_from_file
+from governor_tools.sim.replay import SimConfig, SimError, Summary
+from governor_tools.sim.runs import HPA, run_all, write_outputs
+
+GOVERNOR = "governor"
+HPA_NOTE = (
+    "hpa: the reference autoscaling/v2 HPA with default behavior, 15 s sync, External "
+    "AverageValue target utilization × C per pod, seeing the 15 s mean load one scrape (15 s) late"
+)
+SCORE_NOTE = (
+    "violation_seconds: seconds with load > ready × C; unserved_fraction: "
+    "Σ max(0, load − ready × C) / Σ load; replica_hours: Σ requested × step / 3600; "
+    "replicas serve start-up seconds after they are requested"
+)
+
+
+def _config(capacity: float, startup: float, utilization: float, step: float) -> SimConfig:
+    try:
+        return SimConfig(
+            capacity_per_replica=capacity,
+            startup_seconds=startup,
+            target_utilization=utilization,
+            step_seconds=step,
+        )
+    except SimError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def _print_table(summaries: dict[str, Summary]) -> None:
+    table = Table("policy", *report.SUMMARY_COLUMNS)
+    for row in report.table_rows(summaries):
+        table.add_row(*row)
+    Console(width=max(Console().width, 110)).print(table)
+
+
+def _fail(err: Exception) -> typer.Exit:
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(2)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "policy"
+
+
+_TRACE_HELP = "a CSV with header `timestamp,value` or a built-in name (see `governor traces`)"
+_C_HELP = "the load one replica serves (C)"
+
+
+def simulate(
+    trace: str = typer.Argument(..., help=_TRACE_HELP),
+    capacity_per_replica: float = typer.Option(..., "--capacity-per-replica", help=_C_HELP),
+    startup_seconds: float = typer.Option(60.0, "--startup-seconds"),
+    target_utilization: float = typer.Option(0.7, "--target-utilization"),
+    step: float = typer.Option(15.0, "--step", help="governor's decision period, seconds"),
+    policy: Path | None = typer.Option(
+        None, "--policy", help="a ScalingPolicy YAML (default: governor's default policy)"
+    ),
+    baseline: str | None = typer.Option(None, "--baseline", help="`hpa`: the reference HPA"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+) -> None:
+    """Replay TRACE through governor's policy (and the reference HPA) and report."""
+    if baseline not in (None, HPA):
+        raise typer.BadParameter(f"only `--baseline {HPA}` is known, got {baseline!r}")
+    config = _config(capacity_per_replica, startup_seconds, target_utilization, step)
+    try:
+        load = traces.load(trace)
+        if policy is None:
+            spec = default_policy(config).spec
+        else:
+            found = policies_from_file(policy)
+            if len(found) != 1:
+                raise SimError(
+                    f"{policy}: {len(found)} policies; simulate takes one (use `compare`)"
+                )
+            spec = found[0].spec
+        runs = run_all(load, config, {GOVERNOR: spec}, with_hpa=baseline == HPA)
+    except (traces.TraceError, SimError, PolicyError) as err:
+        raise _fail(err) from None
+    csv_names = {GOVERNOR: "replicas.csv", HPA: "baseline_replicas.csv"}
+    notes = [
+        "governor: " + ("the default policy" if policy is None else str(policy)),
+        *([HPA_NOTE] if baseline == HPA else []),
+        SCORE_NOTE,
+    ]
+    for path in write_outputs(runs, load, config, out, csv_names, notes):
+        typer.echo(str(path))
+    _print_table({r.name: r.summary for r in runs})
+
+
+def compare(
+    trace: str = typer.Argument(..., help=_TRACE_HELP),
+    policy: list[Path] = typer.Option(
+        [], "--policy", help="a ScalingPolicy YAML; repeat (default: governor's default)"
+    ),
+    capacity_per_replica: float = typer.Option(..., "--capacity-per-replica", help=_C_HELP),
+    startup_seconds: float = typer.Option(60.0, "--startup-seconds"),
+    target_utilization: float = typer.Option(0.7, "--target-utilization"),
+    step: float = typer.Option(15.0, "--step", help="governor's decision period, seconds"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+) -> None:
+    """N policies on the same trace, plus the reference HPA: one table, one chart."""
+    config = _config(capacity_per_replica, startup_seconds, target_utilization, step)
+    try:
+        load = traces.load(trace)
+        specs: dict[str, ScalingPolicySpec] = {}
+        if not policy:
+            specs[GOVERNOR] = default_policy(config).spec
+        for path in policy:
+            for p in policies_from_file(path):
+                name = p.metadata.name
+                if name in specs or name == HPA:
+                    name = f"{path.stem}/{name}"
+                specs[name] = p.spec
+        runs = run_all(load, config, specs, with_hpa=True)
+    except (traces.TraceError, SimError, PolicyError) as err:
+        raise _fail(err) from None
+    csv_names = {r.name: f"{_slug(r.name)}_replicas.csv" for r in runs}
+    for path in write_outputs(runs, load, config, out, csv_names, [HPA_NOTE, SCORE_NOTE]):
+        typer.echo(str(path))
+    _print_table({r.name: r.summary for r in runs})
+
+
+def list_traces() -> None:
+    """The built-in real traces (use as `builtin:<name>`)."""
+    table = Table(title="built-in traces")
+    table.add_column("name", no_wrap=True)
+    for column in ("source", "step", "rows", "licence"):
+        table.add_column(column)
+    for b in traces.BUILTINS:
+        t = traces.load_builtin(b.name)
+        table.add_row(
+            traces.BUILTIN_PREFIX + b.name,
+            b.source,
+            f"{b.step:g} s",
+            str(len(t.values)),
+            b.licence,
+        )
+    Console().print(table)
+    typer.echo(
+        "Timestamps are synthesized (row i at i × step s): the files carry none. "
+        "Synthetic samples shipped in the same package are not offered."
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)
+    app.command("compare")(compare)
+    app.command("traces")(list_traces)

@@ -1,0 +1,311 @@
+"""`metrics.k8s.io` served through the real API server's aggregation layer, from the simulated pods.
+
+What metrics-server does for a real cluster, for the demo's simulated one: an HTTPS server on
+127.0.0.1 answers `v1beta1` PodMetrics and NodeMetrics (get and list, equality label selectors);
+an `APIService` `v1beta1.metrics.k8s.io` points at it through a Service of type ExternalName
+`localhost` (the dev control plane has no kube-proxy; see deploy/devcluster/README.md).
+
+- TLS: a throw-away CA and a `localhost` serving certificate made with the `openssl` CLI; the CA
+  goes into the APIService's caBundle, so the aggregator verifies the server.
+- Callers: only the API server's front proxy. The server requires a client certificate from the
+  request-header CA that the API server publishes in kube-system/extension-apiserver-
+  authentication, with a common name from its allowed names; requests without it get 401. The
+  user the front proxy forwards (X-Remote-User) is counted, not authorized: there is no delegated
+  SubjectAccessReview as metrics-server does (RBAC on `pods.metrics.k8s.io` still applies in the
+  API server in front).
+- Usage model: a web pod's CPU is its share of the offered load over what it can serve
+  (load / ready / C, at most 1) times its CPU request; a training worker runs at 90 % of its
+  request. Memory: a base plus a load-proportional part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from governor.kube import Kube
+from governor_tools.demo import scenario as sc
+
+log = logging.getLogger("governor.demo.metrics_api")
+
+GROUP_VERSION = "metrics.k8s.io/v1beta1"
+APISERVICE = "v1beta1.metrics.k8s.io"
+SERVICE = "demo-metrics-server"
+
+# (pod name, namespace, labels, node, container, cpu cores, memory bytes)
+PodUsage = tuple[str, str, dict[str, str], str, str, float, float]
+UsageFn = Callable[[], list[PodUsage]]
+
+
+def _openssl(args: list[str], cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_certs(folder: Path) -> tuple[Path, Path, Path]:
+    """(ca.crt, tls.crt, tls.key) for the Service's name and localhost (openssl CLI)."""
+    if shutil.which("openssl") is None:
+        raise FileNotFoundError("openssl not found: install openssl to serve metrics.k8s.io")
+    folder.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+              "-subj", "/CN=governor-demo-metrics-ca"], folder)  # fmt: skip
+    _openssl(
+        ["req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost"], folder
+    )
+    # The aggregator checks the name <service>.<namespace>.svc, whatever address it dials.
+    svc = f"{SERVICE}.{sc.NAMESPACE}.svc"
+    (folder / "san.ext").write_text(f"subjectAltName=DNS:{svc},DNS:localhost,IP:127.0.0.1\n")
+    sign = ["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
+    _openssl(
+        [*sign, "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "san.ext"], folder
+    )
+    return folder / "ca.crt", folder / "tls.crt", folder / "tls.key"
+
+
+def _cpu(cores: float) -> str:
+    return f"{round(cores * 1e9)}n"
+
+
+def _memory(b: float) -> str:
+    return f"{round(b / 1024)}Ki"
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _matches(selector: str, labels: dict[str, str]) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif labels.get(term) is None:
+            return False
+    return True
+
+
+@dataclass
+class MetricsServer:
+    usage: UsageFn
+    folder: Path
+    window_s: float = 1.0
+    port: int = 0
+    ca_bundle: bytes = b""
+    requests: int = 0
+    rejected: int = 0
+    users: set[str] = field(default_factory=set)
+    _runner: web.AppRunner | None = None
+
+    # --- payloads -----------------------------------------------------------------------------
+
+    def _pod(self, u: PodUsage, now: float) -> dict[str, Any]:
+        name, ns, labels, _, container, cpu, mem = u
+        return {
+            "kind": "PodMetrics",
+            "apiVersion": GROUP_VERSION,
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
+                         "creationTimestamp": _stamp(now)},
+            "timestamp": _stamp(now),
+            "window": f"{self.window_s:g}s",
+            "containers": [
+                {"name": container, "usage": {"cpu": _cpu(cpu), "memory": _memory(mem)}}
+            ],
+        }  # fmt: skip
+
+    def _nodes(self, now: float) -> dict[str, dict[str, Any]]:
+        cpu: dict[str, float] = dict.fromkeys(sc.node_names(), 0.0)
+        mem: dict[str, float] = dict.fromkeys(sc.node_names(), 0.0)
+        for u in self.usage():
+            cpu[u[3]] = cpu.get(u[3], 0.0) + u[5]
+            mem[u[3]] = mem.get(u[3], 0.0) + u[6]
+        return {
+            n: {
+                "kind": "NodeMetrics",
+                "apiVersion": GROUP_VERSION,
+                "metadata": {"name": n, "creationTimestamp": _stamp(now)},
+                "timestamp": _stamp(now),
+                "window": f"{self.window_s:g}s",
+                "usage": {"cpu": _cpu(cpu[n]), "memory": _memory(mem[n])},
+            }
+            for n in cpu
+        }
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _front_proxy_only(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        cert = request.transport.get_extra_info("peercert") if request.transport else None
+        if not cert or not self._allowed(cert):
+            self.rejected += 1
+            return _status(401, "Unauthorized", "a front-proxy client certificate is required")
+        self.requests += 1
+        user = request.headers.get("X-Remote-User")
+        if user:
+            self.users.add(user)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    allowed_names: frozenset[str] = frozenset()
+
+    def _allowed(self, cert: dict[str, Any]) -> bool:
+        if not self.allowed_names:
+            return True
+        for rdn in cert.get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName" and value in self.allowed_names:
+                    return True
+        return False
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        resources = [
+            {"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics",
+             "verbs": ["get", "list"]},
+            {"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics",
+             "verbs": ["get", "list"]},
+        ]  # fmt: skip
+        return web.json_response(
+            {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+             "resources": resources}
+        )  # fmt: skip
+
+    async def _pods(self, request: web.Request) -> web.Response:
+        now = time.time()
+        ns = request.match_info.get("namespace")
+        selector = request.query.get("labelSelector", "")
+        items = [
+            self._pod(u, now)
+            for u in self.usage()
+            if (ns is None or u[1] == ns) and _matches(selector, u[2])
+        ]
+        return web.json_response(
+            {"kind": "PodMetricsList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
+        )
+
+    async def _pod_one(self, request: web.Request) -> web.Response:
+        now = time.time()
+        ns, name = request.match_info["namespace"], request.match_info["name"]
+        for u in self.usage():
+            if u[0] == name and u[1] == ns:
+                return web.json_response(self._pod(u, now))
+        return _status(404, "NotFound", f'podmetrics.metrics.k8s.io "{name}" not found')
+
+    async def _node_list(self, request: web.Request) -> web.Response:
+        items = list(self._nodes(time.time()).values())
+        return web.json_response(
+            {"kind": "NodeMetricsList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
+        )
+
+    async def _node_one(self, request: web.Request) -> web.Response:
+        node = self._nodes(time.time()).get(request.match_info["name"])
+        if node is None:
+            name = request.match_info["name"]
+            return _status(404, "NotFound", f'nodemetrics.metrics.k8s.io "{name}" not found')
+        return web.json_response(node)
+
+    async def start(self, front_proxy_ca: str, allowed_names: list[str]) -> None:
+        ca, crt, key = await asyncio.to_thread(make_certs, self.folder)
+        self.ca_bundle = ca.read_bytes()
+        self.allowed_names = frozenset(allowed_names)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(crt, key)
+        ctx.load_verify_locations(cadata=front_proxy_ca)
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # checked per request: 401 without one
+        app = web.Application(middlewares=[self._front_proxy_only])
+        root = f"/apis/{GROUP_VERSION}"
+        app.router.add_get(root, self._discovery)
+        app.router.add_get(f"{root}/pods", self._pods)
+        app.router.add_get(f"{root}/namespaces/{{namespace}}/pods", self._pods)
+        app.router.add_get(f"{root}/namespaces/{{namespace}}/pods/{{name}}", self._pod_one)
+        app.router.add_get(f"{root}/nodes", self._node_list)
+        app.router.add_get(f"{root}/nodes/{{name}}", self._node_one)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=ctx)
+        await site.start()
+        if self.port == 0 and self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+            "message": message, "code": code}  # fmt: skip
+    return web.json_response(body, status=code)
+
+
+async def register(kube: Kube, server: MetricsServer) -> None:
+    """The ExternalName Service and the APIService pointing the aggregation layer at `server`."""
+    await kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": sc.NAMESPACE},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
+                "ports": [{"name": "https", "port": server.port, "protocol": "TCP"}],
+            },
+        },
+        field_manager="governor-demo",
+    )
+    await kube.apply(
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": APISERVICE},
+            "spec": {
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "service": {"namespace": sc.NAMESPACE, "name": SERVICE, "port": server.port},
+                "caBundle": base64.b64encode(server.ca_bundle).decode(),
+            },
+        },
+        field_manager="governor-demo",
+    )
+
+
+async def front_proxy_trust(kube: Kube) -> tuple[str, list[str]]:
+    """The request-header CA and allowed client names the API server publishes."""
+    cm = await kube.get("v1", "configmaps", "extension-apiserver-authentication",
+                        namespace="kube-system")  # fmt: skip
+    data = cm.get("data") or {}
+    ca = str(data.get("requestheader-client-ca-file", ""))
+    names = json.loads(data.get("requestheader-allowed-names") or "[]")
+    return ca, [str(n) for n in names]
+
+
+async def wait_available(kube: Kube, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        obj = await kube.get("apiregistration.k8s.io/v1", "apiservices", APISERVICE)
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Available" and c.get("status") == "True":
+                return True
+        await asyncio.sleep(0.5)
+    return False

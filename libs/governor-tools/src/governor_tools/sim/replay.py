@@ -1,0 +1,295 @@
+"""Trace replay: trace -> per-second samples -> windows -> the policy -> the replica model.
+
+The loop is the imperative shell around the same pure functions the services run:
+`governor.windows` turns samples into windows and `governor.policy.evaluate` decides. One sample per
+second of trace time (the trace's value held until its next row); decisions every `step` seconds,
+at epoch multiples of the step. The decision at `now` sees the samples before `now`.
+
+The metric. The simulator feeds one metric, `load`: the total offered load of the workload. A
+replica serves up to `capacity_per_replica` (C) of it. Policies express their target on it as an
+`AverageValue` per replica: the default policy and the reference HPA use target_utilization × C, so
+desired = ceil(load / (target_utilization × C)), HPA's External AverageValue rule.
+
+How a policy sees the metric (`Pipeline`): windows of `stable_seconds` (and `panic_seconds` when the
+policy has panic mode) ending at the decision time minus `delay_seconds`; the policy's per-metric
+`aggregation` picks mean, max or p95 of each. The windows hop by gcd(step, size) so a closed window
+always ends exactly at a decision time.
+
+Scoring is per second t (load and ready replicas constant over [t, t+1)): a violation second has
+load > ready × C; unserved load is Σ max(0, load − ready × C) / Σ load. Replica-hours and scale
+events come from the per-step rows (requested replicas after each decision, held for one step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+import msgspec
+
+from governor import windows
+from governor.events import WorkloadState
+from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
+from governor.spec import MetricSpec, ScalingPolicySpec
+from governor_tools.sim import replicas as rm
+from governor_tools.sim.traces import Trace
+
+METRIC = "load"
+WORKLOAD = "sim/Deployment/workload"
+
+Evaluate = Callable[..., tuple[ScaleResult, ScaleState]]
+"""governor.policy.evaluate(policy, inputs, state, now, *, step_seconds) -> (result, state)."""
+
+
+class SimError(ValueError):
+    """A simulation that cannot run as asked; the message says what to change."""
+
+
+class SimConfig(msgspec.Struct, frozen=True, kw_only=True):
+    capacity_per_replica: float
+    startup_seconds: float = 60.0
+    target_utilization: float = 0.7
+    step_seconds: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not self.capacity_per_replica > 0:
+            raise SimError("--capacity-per-replica must be > 0")
+        if self.startup_seconds < 0:
+            raise SimError("--startup-seconds must be >= 0")
+        if not 0 < self.target_utilization <= 1:
+            raise SimError("--target-utilization must be in (0, 1]")
+        if not self.step_seconds >= 1:
+            raise SimError("--step must be >= 1 second")
+
+
+class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
+    stable_seconds: float
+    panic_seconds: float | None = None
+    delay_seconds: float = 0.0
+    aggregation: windows.Aggregation = "mean"
+
+
+class StepRow(msgspec.Struct, frozen=True, array_like=True):
+    timestamp: float
+    load: float
+    replicas_requested: int
+    replicas_ready: int
+
+
+class Summary(msgspec.Struct, frozen=True):
+    violation_seconds: int
+    unserved_fraction: float
+    replica_hours: float
+    scale_events: int
+    peak_replicas: int
+
+
+class Run(msgspec.Struct, frozen=True):
+    name: str
+    step_seconds: float
+    rows: list[StepRow]
+    summary: Summary
+
+
+def pipeline_for(policy: ScalingPolicySpec, step_seconds: float) -> Pipeline:
+    """How governor's services present the metric to this policy: fresh windows (the aggregator
+    closes them within a second), stable = panic.stableWindowSeconds or else one decision step."""
+    metric = _load_metric(policy)
+    if policy.panic is not None:
+        return Pipeline(
+            stable_seconds=policy.panic.stable_window_seconds,
+            panic_seconds=policy.panic.window_seconds,
+            aggregation=metric.aggregation,
+        )
+    return Pipeline(stable_seconds=step_seconds, aggregation=metric.aggregation)
+
+
+def _load_metric(policy: ScalingPolicySpec) -> MetricSpec:
+    names = [m.name for m in policy.metrics]
+    if names != [METRIC]:
+        raise SimError(
+            f"the simulator feeds one metric, {METRIC!r} (total offered load); the policy has "
+            f"{names}: give it exactly one metric named {METRIC!r} with an AverageValue target "
+            f"per replica"
+        )
+    return policy.metrics[0]
+
+
+def initial_replicas(policy: ScalingPolicySpec, trace: Trace) -> int:
+    """Every run starts warm: what the policy's target asks for the first row, all serving."""
+    target = policy.metrics[0].target
+    if target.type != "AverageValue":
+        raise SimError(f"metric {METRIC!r}: use target type AverageValue, not {target.type}")
+    want = math.ceil(trace.values[0] / target.target_value())
+    return min(max(want, policy.min_replicas, 1), policy.max_replicas)
+
+
+def _hop(size: float, step: float) -> float:
+    if size == int(size) and step == int(step):
+        return float(math.gcd(int(size), int(step)))
+    return 1.0 if size >= 1 else size
+
+
+class _Feed:
+    """One window kind of the metric, with the recently closed windows kept for the delay."""
+
+    def __init__(self, size: float, step: float, delay: float) -> None:
+        hop = _hop(size, step)
+        self.series = windows.SeriesWindows(spec=windows.hopping(size, hop))
+        # Enough closed windows to reach back past the delay at the next decision.
+        self.closed: deque[windows.WindowAcc] = deque(maxlen=int((delay + step) / hop) + 4)
+        self.delay = delay
+
+    def ingest(self, runs: list[tuple[float, int, float]], now: float) -> None:
+        """Runs of (first sample time, samples, load) up to `now`, then close up to `now`."""
+        for first, n, value in runs:
+            self.series, closed, _ = windows.ingest_run(self.series, first, n, value)
+            self.closed.extend(closed)
+        self.series, closed, _ = windows.advance(self.series, now - self.delay)
+        self.closed.extend(closed)
+
+    def latest(self, now: float) -> windows.WindowAcc | None:
+        for acc in reversed(self.closed):
+            if acc.end <= now - self.delay and acc.count:
+                return acc
+        return None
+
+
+def _stat(acc: windows.WindowAcc | None, aggregation: windows.Aggregation) -> float | None:
+    if acc is None:
+        return None
+    return {"mean": acc.mean, "max": acc.max, "p95": acc.p95}[aggregation]
+
+
+def _observe(
+    stable: _Feed,
+    panic: _Feed | None,
+    pending: list[tuple[float, int, float]],
+    now: float,
+    aggregation: windows.Aggregation,
+) -> MetricObservation:
+    """What the windows show the policy at `now`, once the pending seconds are in."""
+    stable.ingest(pending, now)
+    if panic is not None:
+        panic.ingest(pending, now)
+    s = stable.latest(now)
+    p = panic.latest(now) if panic is not None else None
+    return MetricObservation(
+        metric=METRIC,
+        stable=_stat(s, aggregation),
+        panic=_stat(p, aggregation),
+        newest_sample=max((a.newest for a in (s, p) if a is not None), default=None),
+    )
+
+
+def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> WorkloadState:
+    ready = model.ready(now)
+    # The workloads topic is compacted and the collector publishes on change, so the state the
+    # policy reads is dated when the target last changed (a replica patched or one becoming
+    # ready), not when it is read: the policy dates scale events by it.
+    latest_ready = model.ready_at[ready - 1] if ready else changed_at
+    return WorkloadState(
+        workload=WORKLOAD,
+        spec_replicas=model.requested,
+        ready_replicas=ready,
+        observed_at=max(changed_at, latest_ready),
+    )
+
+
+def replay(
+    name: str,
+    trace: Trace,
+    policy: ScalingPolicySpec,
+    config: SimConfig,
+    *,
+    evaluate: Evaluate,
+    pipeline: Pipeline | None = None,
+    step_seconds: float | None = None,
+) -> Run:
+    """Run one policy over a trace. `step_seconds` defaults to the config's."""
+    step = step_seconds or config.step_seconds
+    pipe = pipeline or pipeline_for(policy, step)
+    _load_metric(policy)
+    capacity = config.capacity_per_replica
+    stable = _Feed(pipe.stable_seconds, step, pipe.delay_seconds)
+    panic = (
+        _Feed(pipe.panic_seconds, step, pipe.delay_seconds)
+        if pipe.panic_seconds is not None
+        else None
+    )
+
+    model = rm.serving(initial_replicas(policy, trace), since=trace.start)
+    state = ScaleState()
+    rows: list[StepRow] = []
+    pending: list[tuple[float, int, float]] = []
+    next_decision = (math.floor(trace.start / step) + 1) * step
+    violation = events = 0
+    unserved = total = 0.0
+    changed_at = trace.start
+
+    def decide(now: float, load: float) -> None:
+        nonlocal model, state, pending, events, changed_at
+        observation = _observe(stable, panic, pending, now, pipe.aggregation)
+        pending = []
+        inputs = ScaleInputs(
+            workload=_workload_state(model, now, changed_at), observations={METRIC: observation}
+        )
+        result, state = evaluate(policy, inputs, state, now, step_seconds=step)
+        if result.actionable and result.desired != model.requested:
+            model = rm.scale(model, result.desired, now, config.startup_seconds)
+            events += 1
+            changed_at = now
+        rows.append(StepRow(now, load, model.requested, model.ready(now)))
+
+    # Walk the trace in stretches where the load and the ready replicas both hold, scoring each
+    # second of a stretch alike: months of per-second replay in time proportional to the steps.
+    ts, vs = trace.timestamps, trace.values
+    row, done, seconds_total = 0, 0, math.ceil(trace.end - trace.start)
+    while done < seconds_total:
+        t = trace.start + done
+        while row + 1 < len(ts) and ts[row + 1] <= t:
+            row += 1
+        if t >= next_decision:
+            decide(next_decision, vs[row])
+            next_decision += step
+            continue
+        boundary = min(next_decision, trace.end)
+        if row + 1 < len(ts):
+            boundary = min(boundary, ts[row + 1])
+        becomes_ready = model.next_ready_after(t)
+        if becomes_ready is not None:
+            boundary = min(boundary, becomes_ready)
+        n = max(1, math.ceil(boundary - trace.start) - done)
+        load = vs[row]
+        pending.append((t, n, load))
+        served = model.ready(t) * capacity
+        total += n * load
+        if load > served:
+            violation += n
+            unserved += n * (load - served)
+        done += n
+
+    return Run(
+        name=name,
+        step_seconds=step,
+        rows=rows,
+        summary=summarize(rows, step, violation, unserved, total, events),
+    )
+
+
+def summarize(
+    rows: list[StepRow],
+    step: float,
+    violation_seconds: int,
+    unserved: float,
+    total: float,
+    scale_events: int,
+) -> Summary:
+    return Summary(
+        violation_seconds=violation_seconds,
+        unserved_fraction=unserved / total if total > 0 else 0.0,
+        replica_hours=sum(r.replicas_requested for r in rows) * step / 3600.0,
+        scale_events=scale_events,
+        peak_replicas=max((r.replicas_requested for r in rows), default=0),
+    )

@@ -1,0 +1,102 @@
+"""Every console script answers `--help` at once, with one shape, and starts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from governor.entry import service_parser, service_settings
+from governor.settings import KafkaSettings
+
+SCRIPTS = sorted(
+    ep.name
+    for ep in importlib.metadata.entry_points(group="console_scripts")
+    if ep.name == "governor" or ep.name.startswith("governor-")
+)
+SERVICES = [name for name in SCRIPTS if name != "governor"]
+# What a service that started would have loaded: the clients that reach Kafka and Kubernetes.
+CLIENTS = ("aiokafka", "kubernetes_asyncio", "faust")
+
+
+def test_every_service_has_a_console_script() -> None:
+    assert set(SERVICES) >= {
+        "governor-collector",
+        "governor-cluster-collector",
+        "governor-aggregator",
+        "governor-decider",
+        "governor-actuator",
+    }
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_exits_zero_with_the_usage(script: str) -> None:
+    exe = Path(sys.executable).with_name(script)
+    # Nothing listens on port 1: a script that tried to connect would hang or fail, not print.
+    env = {"GOVERNOR_DECIDER_KAFKA__BOOTSTRAP": "127.0.0.1:1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout.lower() and "--help" in done.stdout
+
+
+@pytest.mark.parametrize("script", SERVICES)
+def test_a_services_help_has_the_shared_shape_and_loads_no_client(script: str) -> None:
+    entry = importlib.metadata.entry_points(group="console_scripts", name=script)
+    (ep,) = tuple(entry)
+    module, func = ep.value.split(":")
+    probe = (
+        "import sys\n"
+        f"from {module} import {func} as main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        f"print(sorted(m for m in {CLIENTS!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {script} [-h] [--config FILE]")
+    assert "_CONFIG" in done.stdout
+    assert done.stdout.strip().endswith("[]"), "--help loaded a client: " + done.stdout[-200:]
+
+
+class Demo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
+    tick_seconds: float = 1.0
+
+
+def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = service_parser("governor-demo-service", "A service.", "GOVERNOR_DEMO_SERVICE")
+    return parser, parser.parse_args(argv)
+
+
+def test_settings_come_from_the_file_then_the_environment_then_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text("tick_seconds: 2.5\nkafka: {bootstrap: 'file:1'}\n")
+    monkeypatch.setenv("GOVERNOR_DEMO_SERVICE_KAFKA__BOOTSTRAP", "env:2")
+    parser, args = _parse(["--config", str(config)])
+    settings = service_settings(parser, args, Demo, "GOVERNOR_DEMO_SERVICE")
+    assert settings.tick_seconds == 2.5 and settings.kafka.bootstrap == "env:2"
+    over = service_settings(parser, args, Demo, "GOVERNOR_DEMO_SERVICE", {"tick_seconds": 4})
+    assert over.tick_seconds == 4.0 and over.kafka.bootstrap == "env:2"
+
+
+def test_a_bad_value_exits_2_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GOVERNOR_DEMO_SERVICE_TICK_SECONDS", "soon")
+    parser, args = _parse([])
+    with pytest.raises(SystemExit) as exit_:
+        service_settings(parser, args, Demo, "GOVERNOR_DEMO_SERVICE")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("governor-demo-service: ") and "tick_seconds" in err
+    with pytest.raises(SystemExit):
+        service_settings(parser, args, Demo, "GOVERNOR_DEMO_SERVICE", {"tick_seconds": "x"})
