@@ -40,7 +40,6 @@ _NOT_YET: dict[str, list[str]] = {
         "long-function: _drain_messages",
         "private-name: app.topics._tp_index",
         "private-name: cast(Service, self)._crashed",
-        "private-name: producer_buffer.pending._queue",
         "private-name: self._add_gap",
         "private-name: self._commit_every",
         "private-name: self._is_changelog_tp",
@@ -51,6 +50,21 @@ _NOT_YET: dict[str, list[str]] = {
     ],
     "services/collector/src/governor_collector/policies.py": [
         "private-name: c._client._wait_on_metadata",
+    ],
+    # Grew past the limits in the work merged beside the restructure (quotas and queues, the
+    # importer): not split yet.
+    "libs/governor-tools/src/governor_tools/sim/scenario.py": [
+        "long-file",
+        "long-function: simulate",
+    ],
+    "libs/governor/src/governor/decider.py": [
+        "long-function: decide_pool",
+    ],
+    "libs/governor/src/governor/importer_keda.py": [
+        "long-function: from_scaled_object",
+    ],
+    "libs/governor/src/governor/policy/allocate.py": [
+        "long-file",
     ],
 }
 KNOWN = {f"{path}: {what}" for path, whats in _NOT_YET.items() for what in whats}
