@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -62,6 +63,31 @@ def create_topics(conf: Mapping[str, str], timeout_s: float = 30.0) -> list[str]
     return sorted(created)
 
 
+def wait_ready(
+    conf: Mapping[str, str], topics: list[str], timeout_s: float = 60.0, poll_s: float = 0.5
+) -> None:
+    """Wait until the broker serves every ACL of the table and every topic has a leader on each
+    partition: a client that starts right after provisioning otherwise meets a broker that does
+    not yet authorize it (describe shows no ACL for a moment after a fresh start), and librdkafka
+    2.16 can crash on the metadata churn that follows."""
+    admin = AdminClient(dict(conf))
+    wanted = set(kafka_acls.bindings())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(timeout=timeout_s).topics
+        led = all(
+            t in meta
+            and meta[t].partitions
+            and all(p.leader >= 0 for p in meta[t].partitions.values())
+            for t in topics
+        )
+        if led and wanted <= set(kafka_acls.broker_bindings(conf, timeout_s)):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the broker does not serve the ACLs and topics after {timeout_s} s")
+        time.sleep(poll_s)
+
+
 def ping(conf: Mapping[str, str], timeout_s: float = 5.0) -> int:
     """How many brokers the cluster's metadata lists (raises when none answers in time)."""
     return len(AdminClient(dict(conf)).list_topics(timeout=timeout_s).brokers)
@@ -82,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         created = create_topics(conf)
         acls = kafka_acls.apply(conf, kafka_acls.bindings())
-    except KafkaException as e:
+        wait_ready(conf, [s.name for s in (*specs(), *FAUST_SPECS)])
+    except (KafkaException, TimeoutError) as e:
         print(f"kafka_provision: {e}", file=sys.stderr)
         return 1
     print(f"kafka_provision: {len(created)} topics created, {acls} ACLs in place")
