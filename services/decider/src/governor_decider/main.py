@@ -226,9 +226,13 @@ class Decider:
             await read_table(self.s.kafka.bootstrap, events.CLUSTER, security=sec)
         ).values():
             self._node(node)
-        for key, quota in (await read_table(self.s.kafka.bootstrap, events.QUOTAS)).items():
+        for key, quota in (
+            await read_table(self.s.kafka.bootstrap, events.QUOTAS, security=sec)
+        ).items():
             self._quota(key, quota)
-        for key, queue in (await read_table(self.s.kafka.bootstrap, events.QUEUES)).items():
+        for key, queue in (
+            await read_table(self.s.kafka.bootstrap, events.QUEUES, security=sec)
+        ).items():
             self._queue(key, queue)
         self.tables_loaded = True
         log.info(
