@@ -39,7 +39,8 @@ from tests.integration.test_collector import make_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-SCHEMA_EXAMPLES = 500  # per generation mode (valid, invalid): 1,000 requests; ~35 ms each to generate
+# per generation mode (valid, invalid): 1,000 requests; ~35 ms each to generate
+SCHEMA_EXAMPLES = 500
 RAW_EXAMPLES = 700
 MAX_BODY = 64 * 1024
 
