@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,11 @@ MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 _json = msgspec.json.Decoder()
+
+# client-go's limit for answers carrying Retry-After; the wait is capped so that a server asking
+# for minutes does not hold a caller that has its own deadline.
+_RETRY_AFTER_ATTEMPTS = 10
+_RETRY_AFTER_MAX_S = 5.0
 
 
 class KubeError(Exception):
@@ -158,7 +164,29 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        """One call; returns the decoded JSON answer (None for an empty body)."""
+        """One call; returns the decoded JSON answer (None for an empty body).
+
+        An answer that says "not now, try again in N s" (429, or 5xx with Retry-After) is
+        retried after N s, up to `_RETRY_AFTER_ATTEMPTS` times, as client-go does: the server
+        did not act on the request, and a fresh CRD's storage or a restarting API server answer
+        so for a second or two."""
+        for _ in range(_RETRY_AFTER_ATTEMPTS - 1):
+            try:
+                return await self._request_once(method, path, query, body, content_type)
+            except KubeError as e:
+                if e.retry_after is None or not (e.status == 429 or e.status >= 500):
+                    raise
+                await asyncio.sleep(min(max(e.retry_after, 0.1), _RETRY_AFTER_MAX_S))
+        return await self._request_once(method, path, query, body, content_type)
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Any,
+        content_type: str,
+    ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             resp = await self.api.call_api(
