@@ -16,15 +16,46 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 GOVERNOR_{{ upper . | replace "-" "_" }}
 {{- end -}}
 
-{{/* The kafka section of a service's config file (ConfigMap governor-config). */}}
+{{/* true when the services authenticate (SASL_SSL); fails on an unknown kafka.security. */}}
+{{- define "governor.sasl" -}}
+{{- if eq .Values.kafka.security "sasl_ssl" -}}
+true
+{{- else if ne .Values.kafka.security "plaintext" -}}
+{{- fail (printf "kafka.security must be plaintext or sasl_ssl, not %q" .Values.kafka.security) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where each pod mounts its Secret governor-kafka-<service> (password, ca.pem). */}}
+{{- define "governor.kafkaMount" -}}
+/var/run/secrets/governor/kafka
+{{- end -}}
+
+{{/* governor.kafka_security.KafkaSecurity of principal .name: SASL_SSL, the password and the
+  CA from the mounted Secret. */}}
+{{- define "governor.kafkaSecurity" -}}
+protocol: SASL_SSL
+username: {{ .name }}
+password_file: {{ include "governor.kafkaMount" . }}/password
+ca_file: {{ include "governor.kafkaMount" . }}/ca.pem
+{{- end -}}
+
+{{/* The Kafka settings of service .name (ConfigMap governor-config): under `kafka:`, except the
+  cluster collector's, which are flat (bootstrap, kafka_security). */}}
 {{- define "governor.kafkaConfig" -}}
+{{- $root := .root -}}
+{{- $sasl := include "governor.sasl" $root -}}
+{{- if eq .name "cluster-collector" -}}
+bootstrap: {{ $root.Values.kafka.bootstrap }}
+{{- if $sasl }}
+kafka_security:
+  {{- include "governor.kafkaSecurity" . | nindent 2 }}
+{{- end }}
+{{- else -}}
 kafka:
-  bootstrap: {{ .Values.kafka.bootstrap }}
-{{- if eq .Values.kafka.security "sasl_ssl" }}
-  security_protocol: SASL_SSL
-  sasl_mechanism: SCRAM-SHA-512
-  ssl_cafile: /etc/governor/kafka/ca.crt
-{{- else if ne .Values.kafka.security "plaintext" }}
-{{- fail (printf "kafka.security must be plaintext or sasl_ssl, not %q" .Values.kafka.security) }}
+  bootstrap: {{ $root.Values.kafka.bootstrap }}
+{{- if $sasl }}
+  security:
+    {{- include "governor.kafkaSecurity" . | nindent 4 }}
+{{- end }}
 {{- end }}
 {{- end -}}
