@@ -6,10 +6,13 @@ deploy/helm/helm.sh) and the real API server.
   namespaces, RBAC rules, Deployments and config (Helm's own labels aside). The base creates its
   namespace; the chart leaves that to `helm install --create-namespace` unless
   `namespace.create=true`, with which the two are equal object for object;
+- `kafka.security=plaintext` renders deploy/k8s/overlays/plaintext (trials: no Secrets, no
+  provisioning Job);
 - with `serviceMonitor.enabled` and `prometheusRule.enabled` it adds the objects of
   deploy/k8s/overlays/monitoring;
-- `kafka.security=sasl_ssl` takes each service's credentials from the Secret; another value is
-  refused, naming the value;
+- by default (sasl_ssl) each service is its own principal, its password and CA from the Secret
+  governor-kafka-<service> its pod mounts, and each config file loads with the service's own
+  settings type; another kafka.security value is refused, naming the value;
 - `helm install` (helm 4: server-side apply) installs it on the dev kube-apiserver.
 """
 
@@ -25,8 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
+from governor.settings import load_settings
 from tests.integration.test_actuator_kit import ident, kubectl_kustomize, render_base
 from tests.support.ci import unavailable
+from tests.support.service_settings import SETTINGS, kafka_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -34,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "governor"
 HELM_SH = REPO / "deploy" / "helm" / "helm.sh"
 MONITORING = REPO / "deploy" / "k8s" / "overlays" / "monitoring"
+PLAINTEXT = REPO / "deploy" / "k8s" / "overlays" / "plaintext"
 NAMESPACE = "governor-system"
 HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
 
@@ -75,7 +81,7 @@ def by_ident(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict
 
 
 def test_helm_lint_passes_with_defaults_and_every_option(helm: str) -> None:
-    for sets in ([], ["kafka.security=sasl_ssl", "serviceMonitor.enabled=true",
+    for sets in ([], ["kafka.security=plaintext", "serviceMonitor.enabled=true",
                       "prometheusRule.enabled=true", "namespace.create=true"]):  # fmt: skip
         args = [helm, "lint", str(CHART)] + [a for s in sets for a in ("--set", s)]
         done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
@@ -93,11 +99,33 @@ def test_default_values_render_the_kustomize_base(helm: str) -> None:
     assert by_ident(template(helm, "namespace.create=true")) == base
 
 
-def test_the_monitoring_options_render_the_monitoring_overlay(helm: str) -> None:
-    overlay = kubectl_kustomize(MONITORING)
-    if overlay is None:
+def overlay(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    objs = kubectl_kustomize(path)
+    if objs is None:
         unavailable("kubectl is not on PATH (apt-get install kubectl): no kustomize to compare")
-    want = by_ident(overlay)
+    return by_ident(objs)
+
+
+def assert_same(got: dict[Any, dict[str, Any]], want: dict[Any, dict[str, Any]]) -> None:
+    assert set(got) == set(want)
+    for key, obj in got.items():
+        assert obj == want[key], key
+
+
+def test_plaintext_renders_the_plaintext_overlay(helm: str) -> None:
+    got = by_ident(
+        template(
+            helm,
+            "namespace.create=true",
+            "kafka.security=plaintext",
+            "kafka.bootstrap=kafka.governor-system.svc:9092",
+        )
+    )
+    assert not [k for k in got if k[1] in ("Job", "Secret")]
+    assert_same(got, overlay(PLAINTEXT))
+
+
+def test_the_monitoring_options_render_the_monitoring_overlay(helm: str) -> None:
     got = by_ident(
         template(
             helm,
@@ -106,9 +134,7 @@ def test_the_monitoring_options_render_the_monitoring_overlay(helm: str) -> None
             "prometheusRule.enabled=true",
         )
     )
-    assert set(got) == set(want)
-    for key, obj in got.items():
-        assert obj == want[key], key
+    assert_same(got, overlay(MONITORING))
 
 
 def test_values_move_what_they_name(helm: str) -> None:
@@ -133,19 +159,32 @@ def test_values_move_what_they_name(helm: str) -> None:
     assert c["resources"]["requests"]["cpu"] == "250m"
 
 
-def test_sasl_ssl_takes_each_service_credentials_from_the_secret(helm: str) -> None:
-    objs = template(helm, "kafka.security=sasl_ssl", "kafka.credentialsSecret=kafka-creds")
-    for d in (o for o in objs if o["kind"] == "Deployment"):
-        name = d["metadata"]["name"].removeprefix("governor-")
-        (c,) = d["spec"]["template"]["spec"]["containers"]
-        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
-        prefix = f"GOVERNOR_{name.upper().replace('-', '_')}_KAFKA__"
-        assert refs[prefix + "SASL_USERNAME"] == {"name": "kafka-creds", "key": f"{name}-username"}
-        assert refs[prefix + "SASL_PASSWORD"] == {"name": "kafka-creds", "key": f"{name}-password"}
+def test_sasl_ssl_each_service_is_its_own_principal_from_its_secret(
+    helm: str, tmp_path: Path
+) -> None:
+    objs = template(helm, "kafka.bootstrap=kafka.prod:9094")
     (config,) = [o for o in objs if o["kind"] == "ConfigMap"]
-    assert (
-        yaml.safe_load(config["data"]["decider.yaml"])["kafka"]["security_protocol"] == "SASL_SSL"
-    )
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    assert len(deployments) == len(SETTINGS)
+    for d in deployments:
+        name = d["metadata"]["name"].removeprefix("governor-")
+        spec = d["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["kafka"]["secret"]["secretName"] == f"governor-kafka-{name}"
+        # The file as the service reads it, with its own settings type (typos fail here).
+        file = tmp_path / f"{name}.yaml"
+        file.write_text(config["data"][f"{name}.yaml"])
+        settings = load_settings(SETTINGS[name], "UNUSED", env={}, file=file)
+        sec, bootstrap = kafka_of(settings)
+        assert bootstrap == "kafka.prod:9094"
+        assert (sec.protocol, sec.mechanism, sec.username) == ("SASL_SSL", "SCRAM-SHA-512", name)
+        assert sec.password_file == f"{mounts['kafka']}/password"
+        assert sec.ca_file == f"{mounts['kafka']}/ca.pem"
+    (job,) = [o for o in objs if o["kind"] == "Job"]
+    (volume,) = job["spec"]["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "governor-kafka-admin"
 
     done = subprocess.run(
         [helm, "template", str(CHART), "--set", "kafka.security=tls"],

@@ -11,27 +11,10 @@ import yaml
 
 from governor.events import PRINCIPALS
 from governor.settings import load_settings
-from governor_actuator.config import ActuatorSettings
-from governor_aggregator.main import AggregatorSettings
-from governor_collector.cluster.collector import ClusterCollectorSettings
 from governor_collector.config import CollectorSettings
-from governor_decider.main import DeciderSettings
+from tests.support.service_settings import SETTINGS, kafka_of
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
-SETTINGS: dict[str, type[Any]] = {
-    "collector": CollectorSettings,
-    "aggregator": AggregatorSettings,
-    "decider": DeciderSettings,
-    "actuator": ActuatorSettings,
-    "cluster-collector": ClusterCollectorSettings,
-}
-
-
-def _security(settings: Any) -> Any:
-    """The cluster collector's settings are flat (kafka_security); the others' under `kafka`."""
-    if isinstance(settings, ClusterCollectorSettings):
-        return settings.kafka_security
-    return settings.kafka.security
 
 
 def _deployments() -> dict[str, dict[str, Any]]:
@@ -42,7 +25,7 @@ def _deployments() -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_each_service_is_its_own_principal_from_its_secret(service: str) -> None:
     s = load_settings(SETTINGS[service], "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
-    sec = _security(s)
+    sec, _ = kafka_of(s)
     assert (sec.protocol, sec.mechanism, sec.username) == ("SASL_SSL", "SCRAM-SHA-512", service)
     assert service in PRINCIPALS
     spec = _deployments()[service]["spec"]["template"]["spec"]
@@ -73,8 +56,10 @@ def test_the_collector_authenticates_pushes_with_the_cluster() -> None:
 
 
 def test_every_service_uses_the_same_sasl_ssl_bootstrap() -> None:
-    bootstraps = {}
-    for service, typ in SETTINGS.items():
-        s = load_settings(typ, "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
-        bootstraps[service] = s.bootstrap if service == "cluster-collector" else s.kafka.bootstrap
+    bootstraps = {
+        service: kafka_of(
+            load_settings(typ, "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
+        )[1]
+        for service, typ in SETTINGS.items()
+    }
     assert set(bootstraps.values()) == {"kafka.governor-system.svc:9094"}, bootstraps
