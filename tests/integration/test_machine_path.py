@@ -1,20 +1,23 @@
-"""The default machine path (README, "On your cluster"): `kubectl apply --server-side -k
-deploy/k8s/base`, or the chart with one bootstrap setting; then governor runs as it would in
-its pods, here as local processes: each with the config file the ConfigMap on the API server
-holds and, for the two that talk to Kubernetes, its own ServiceAccount's token. A ScalingPolicy
-and a Deployment, samples on Kafka: the actuator applies one decision, and `governor explain`
+"""The default machine path (README, "On your cluster"), secure as shipped: `kubectl apply
+--server-side -k deploy/k8s/base`, or the chart with one bootstrap setting; one Secret per
+service principal, made with the README's `kubectl create secret`; then governor runs as it
+would in its pods, here as local processes on the secure broker (SASL_SSL, SCRAM-SHA-512, the
+topic table's ACLs: `kafka.sh up --secure`). Each process gets the config file the ConfigMap on
+the API server holds, its Secret as its Deployment mounts it (the Secret's keys as files, the
+mount path mapped to a local folder) and, for the two that talk to Kubernetes, its own
+ServiceAccount's token. A ScalingPolicy and a Deployment, samples on Kafka as the principal
+`metrics-producer`: the actuator applies one decision, and `governor explain` (as `viewer`)
 tells why.
 
 Environment overrides on top of the rendered files are only what a pod does not need: local
-ports, and topic/group names of this run for the internal stages (metrics -> load ->
-recommendations), so that other tests' records on the shared broker stay out. Decisions and
-actuations use the contract's topics, as `governor explain` reads them.
+ports and a local state folder. The topics are the contract's (the ACLs name them); this run's
+namespace keeps its workload apart from other tests' records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import base64
 import os
 import shutil
 import subprocess
@@ -29,8 +32,9 @@ import pytest_asyncio
 
 from governor import events
 from governor.bus import Producer
+from governor.kafka_security import ENV_CA_FILE, ENV_PASSWORD_FILE, ENV_PROTOCOL, ENV_USERNAME
 from governor.kube import Kube, connect
-from governor.topics import ensure_topics
+from tests.fixtures.kafka_secure import SecureBroker
 from tests.integration.test_actuator_kit import (
     BASE,
     SYSTEM_NS,
@@ -48,6 +52,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "governor"
 BIN = Path(sys.executable).parent
+# The services run here, and the Kubernetes ServiceAccount each runs as (None: no API access).
+SERVICES = {
+    "cluster-collector": "governor-cluster-collector",
+    "aggregator": None,
+    "decider": None,
+    "actuator": "governor-actuator",
+}
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -85,13 +96,53 @@ def helm_template(*sets: str) -> str:
     return subprocess.run(args, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-def explain(workload: str, bootstrap: str, kubeconfig: Path) -> str:
+def explain(workload: str, broker: SecureBroker, kubeconfig: Path) -> str:
+    """`governor explain` as a user with the read-only principal `viewer` runs it."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    argv = [str(BIN / "governor"), "explain", workload, "--bootstrap", bootstrap,
+    env |= {
+        ENV_PROTOCOL: "SASL_SSL",
+        ENV_USERNAME: "viewer",
+        ENV_PASSWORD_FILE: str(broker.password_file("viewer")),
+        ENV_CA_FILE: str(broker.ca_file),
+    }
+    argv = [str(BIN / "governor"), "explain", workload, "--bootstrap", broker.bootstrap,
             "--kubeconfig", str(kubeconfig)]  # fmt: skip
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=60, env=env, check=True
     ).stdout
+
+
+def create_kafka_secrets(kubeconfig: Path, broker: SecureBroker, folder: Path) -> None:
+    """deploy/k8s/README.md, "Kafka": one Secret governor-kafka-<service> (password, ca.pem),
+    made with its `kubectl create secret generic`; `--dry-run=client | apply` so that a rerun
+    on this API server replaces the previous run's."""
+    for service in SERVICES:
+        pw = folder / f"{service}.password"
+        pw.write_text(broker.password(service))
+        manifest = kubectl(kubeconfig, "-n", SYSTEM_NS, "create", "secret", "generic",
+                           f"governor-kafka-{service}", f"--from-file=password={pw}",
+                           f"--from-file=ca.pem={broker.ca_file}",
+                           "--dry-run=client", "-o", "yaml")  # fmt: skip
+        kubectl(
+            kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest
+        )
+
+
+async def mounted_config(kube: Kube, service: str, config_text: str, root: Path) -> str:
+    """The config file as the pod sees it: the service's Deployment (on the API server) mounts
+    the Secret of its `kafka` volume at a path; here that Secret's keys are files in a local
+    folder and the config's paths under the mount point to it."""
+    d = await kube.get("apps/v1", "deployments", f"governor-{service}", namespace=SYSTEM_NS)
+    spec = d["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "kafka"]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kafka"]
+    secret = await kube.get("v1", "secrets", volume["secret"]["secretName"], namespace=SYSTEM_NS)
+    folder = root / service / "kafka"
+    folder.mkdir(parents=True)
+    for key, value in secret["data"].items():
+        (folder / key).write_bytes(base64.b64decode(value))
+    assert mount["mountPath"] in config_text, (service, mount["mountPath"])
+    return config_text.replace(mount["mountPath"], str(folder))
 
 
 @pytest_asyncio.fixture
@@ -116,45 +167,50 @@ async def ready_deployment(kube: Kube, ns: str, name: str) -> None:
 
 
 async def test_base_and_chart_then_the_services_apply_one_decision(
-    admin: Kube, kubeconfig_path: Path, kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
+    admin: Kube,
+    kubeconfig_path: Path,
+    kafka_secure: SecureBroker,
+    tmp_path: Path,
+    unique_suffix: str,
 ) -> None:
     ns = f"shop-{unique_suffix}"
+    bootstrap = kafka_secure.bootstrap
     # A user runs one of the two; here both, the chart second with the bootstrap and the
     # namespace of this run. --force-conflicts: this API server may hold either from earlier runs
     # (the chart's `helm install` too), and the ConfigMap's bootstrap differs between them.
     kubectl(kubeconfig_path, "apply", "--server-side", "--force-conflicts", "-k", str(BASE))
     rendered = helm_template(
-        "namespace.create=true", f"kafka.bootstrap={kafka_bootstrap}", f"allowedNamespaces={{{ns}}}"
+        "namespace.create=true", f"kafka.bootstrap={bootstrap}", f"allowedNamespaces={{{ns}}}"
     )
     await admin.create("v1", "namespaces", {"metadata": {"name": ns}})
     kubectl(
         kubeconfig_path, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered
     )
+    create_kafka_secrets(kubeconfig_path, kafka_secure, tmp_path)
     await install_crds(admin)  # the other projects' CRDs the actuator and collector look for
 
-    # Each service's config file, as its pod would mount it from the ConfigMap.
+    # Each service's config file, as its pod would mount it from the ConfigMap, with its Secret.
     config = await admin.get("v1", "configmaps", "governor-config", namespace=SYSTEM_NS)
     files: dict[str, Path] = {}
-    for name, text in config["data"].items():
-        files[name.removesuffix(".yaml")] = tmp_path / name
-        (tmp_path / name).write_text(text)
+    for name in SERVICES:
+        files[name] = tmp_path / f"{name}.yaml"
+        text = await mounted_config(admin, name, config["data"][f"{name}.yaml"], tmp_path)
+        files[name].write_text(text)
     tokens = {
         sa: await service_account_kubeconfig(
             admin, kubeconfig_path, tmp_path / f"{sa}.kubeconfig", name=sa
         )
-        for sa in ("governor-actuator", "governor-cluster-collector")
+        for sa in SERVICES.values()
+        if sa is not None
     }
-
-    metrics = dataclasses.replace(events.METRICS, name=f"path-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"path-load-{unique_suffix}")
-    recs = dataclasses.replace(events.RECOMMENDATIONS, name=f"path-recs-{unique_suffix}")
-    await ensure_topics(kafka_bootstrap)
-    await ensure_topics(kafka_bootstrap, [metrics, load, recs])
 
     def service(name: str, port_var: str, **env: str) -> Service:
         prefix = f"GOVERNOR_{name.upper().replace('-', '_')}_"
         port = free_port()
         values = {"CONFIG": str(files[name]), port_var: str(port), **env}
+        sa = SERVICES[name]
+        if sa is not None:
+            values["KUBECONFIG"] = str(tokens[sa])
         return Service(
             str(BIN / f"governor-{name}"),
             {prefix + k: v for k, v in values.items()},
@@ -163,37 +219,16 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
         )
 
     services = [
-        service(
-            "cluster-collector",
-            "METRICS_PORT",
-            METRICS_HOST="127.0.0.1",
-            KUBECONFIG=str(tokens["governor-cluster-collector"]),
-        ),
+        service("cluster-collector", "METRICS_PORT", METRICS_HOST="127.0.0.1"),
         service(
             "aggregator",
             "HTTP_PORT",
             HTTP_HOST="127.0.0.1",
-            APP_ID=f"path-agg-{unique_suffix}",
-            METRICS_TOPIC=metrics.name,
-            LOAD_TOPIC=load.name,
             DATA_DIR=str(tmp_path / "agg"),
             PUBLISH_INTERVAL_MS="300",
         ),
-        service(
-            "decider",
-            "HTTP_PORT",
-            HTTP_HOST="127.0.0.1",
-            GROUP_ID=f"path-dec-{unique_suffix}",
-            LOAD_TOPIC=load.name,
-            RECOMMENDATIONS_TOPIC=recs.name,
-        ),
-        service(
-            "actuator",
-            "HTTP__PORT",
-            HTTP__HOST="127.0.0.1",
-            GROUP_ID=f"path-act-{unique_suffix}",
-            KUBECONFIG=str(tokens["governor-actuator"]),
-        ),
+        service("decider", "HTTP_PORT", HTTP_HOST="127.0.0.1"),
+        service("actuator", "HTTP__PORT", HTTP__HOST="127.0.0.1"),
     ]
     await admin.create("apps/v1", "deployments", deployment(ns, "web", replicas=1), namespace=ns)
     await ready_deployment(admin, ns, "web")
@@ -206,18 +241,20 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
         for s in services:
             await asyncio.to_thread(s.start)
 
-        async with Producer(kafka_bootstrap) as producer:
+        # An app writing its samples directly (docs/topics.md), as `metrics-producer`.
+        producer = Producer(bootstrap, security=kafka_secure.security("metrics-producer"))
+        async with producer:
 
             async def scaled() -> dict[str, Any]:
                 sample = events.MetricSample(
                     workload=workload, metric="rps", value=42.0, timestamp=time.time()
                 )
-                await producer.send(metrics, sample)
+                await producer.send(events.METRICS, sample)
                 obj = await admin.get("apps/v1", "deployments", "web", namespace=ns)
                 assert obj["spec"]["replicas"] == 5, obj["spec"]["replicas"]
                 return obj
 
-            obj = await eventually(scaled, within_s=120, interval=0.5)
+            obj = await eventually(scaled, within_s=150, interval=0.5)
         annotations = obj["metadata"]["annotations"]
         assert int(annotations["governor.dev/decision-seq"]) >= 1
         assert annotations["governor.dev/decision-id"]
@@ -230,8 +267,11 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
             await asyncio.to_thread(s.stop)
 
     # Why did it scale? From the contract's topics and the object, as a user asks it.
-    text = await asyncio.to_thread(explain, workload, kafka_bootstrap, kubeconfig_path)
+    text = await asyncio.to_thread(explain, workload, kafka_secure, kubeconfig_path)
     print(text)
     assert "1 -> 5  applied" in text
     assert "GovernorScaled" in text
     assert f"governor.dev/decision-id: {annotations['governor.dev/decision-id']}" in text
+    logs = "".join(s.log_path.read_text(errors="replace") for s in services)
+    for name in SERVICES:
+        assert kafka_secure.password(name) not in logs, f"{name}'s password in a log"
