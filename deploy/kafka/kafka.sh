@@ -316,58 +316,27 @@ provision() {
 }
 
 # --- config -------------------------------------------------------------------------------------
-write_config() {
-  mkdir -p "$DATA"
-  if ((SECURE)); then
-    write_secure_config
-    return
-  fi
-  cat >"$CONF.tmp" <<EOF
-# written by deploy/kafka/kafka.sh; edits are overwritten on the next 'up'
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$CPORT
+# The plaintext broker: one PLAINTEXT listener; topics may appear when a client asks for them.
+plaintext_listeners() {
+  cat <<EOF
 listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT
 advertised.listeners=PLAINTEXT://$HOST:$PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs=$DATA
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=8
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=8
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
 # governor creates its topics explicitly; auto-creation only helps ad-hoc tests and tools
 auto.create.topics.enable=true
-delete.topic.enable=true
-# a dev/test broker: let the cleaner look at compacted topics often
-log.cleaner.backoff.ms=1000
-log.retention.check.interval.ms=30000
 EOF
-  mv "$CONF.tmp" "$CONF"
 }
 
 # The secure broker: clients on SASL_SSL (SCRAM-SHA-512); the controller listener stays on
 # loopback with SASL PLAIN for admin alone (SCRAM credentials live in the metadata the controller
 # serves, so they cannot authenticate the controller itself).
-write_secure_config() {
+secure_listeners() {
   local ks admin
   ks="$(password_of keystore)"
   admin="$(password_of admin)"
-  (
-    umask 077
-    cat >"$CONF.tmp" <<EOF
-# written by deploy/kafka/kafka.sh --secure; edits are overwritten on the next 'up'
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$CPORT
+  cat <<EOF
 listeners=SASL_SSL://$LISTEN_HOST:$PORT,CONTROLLER://$HOST:$CPORT
 advertised.listeners=SASL_SSL://$ADVERTISED_HOST:$PORT
 controller.listener.names=CONTROLLER
@@ -389,6 +358,27 @@ ssl.truststore.password=$ks
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:admin
 allow.everyone.if.no.acl.found=false
+# admin creates every topic (kafka_provision): nothing appears because a client asked for it
+auto.create.topics.enable=false
+EOF
+}
+
+# One broker config for both modes: the mode's listeners and security, the rest shared.
+write_config() {
+  mkdir -p "$DATA"
+  local flag=""
+  if ((SECURE)); then flag=" --secure"; fi
+  (
+    umask 077 # the secure config holds the keystore's and admin's passwords
+    {
+      echo "# written by deploy/kafka/kafka.sh$flag; edits are overwritten on the next 'up'"
+      cat <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$HOST:$CPORT
+EOF
+      if ((SECURE)); then secure_listeners; else plaintext_listeners; fi
+      cat <<EOF
 log.dirs=$DATA
 num.partitions=1
 default.replication.factor=1
@@ -401,12 +391,12 @@ transaction.state.log.num.partitions=8
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-# admin creates every topic (kafka_provision): nothing appears because a client asked for it
-auto.create.topics.enable=false
 delete.topic.enable=true
+# a dev/test broker: let the cleaner look at compacted topics often
 log.cleaner.backoff.ms=1000
 log.retention.check.interval.ms=30000
 EOF
+    } >"$CONF.tmp"
   )
   mv "$CONF.tmp" "$CONF"
 }
@@ -433,6 +423,21 @@ format_storage() {
     || { tail -n 20 "$LOG" >&2; die "formatting KRaft storage failed (log: $LOG)"; }
 }
 
+# What `up` and `run` need before the JVM: Kafka's jars, and for the secure broker its secrets
+# and each principal's client configs, then the broker config and formatted storage.
+prepare() {
+  need_java
+  resolve
+  if ((SECURE)); then
+    [[ -f "$DATA/meta.properties" && ! -f "$SECRETS/passwords" ]] \
+      && die "$DATA holds a secure broker whose passwords are gone: kafka.sh reset --secure"
+    make_secrets
+    write_clients
+  fi
+  write_config
+  format_storage
+}
+
 # --- commands -----------------------------------------------------------------------------------
 cmd_up() {
   mkdir -p "$INST"
@@ -455,16 +460,7 @@ cmd_up() {
   elif port_open "$CPORT"; then
     die "controller port $CPORT is in use; set GOVERNOR_KAFKA_CONTROLLER_PORT"
   else
-    need_java
-    resolve
-    if ((SECURE)); then
-      [[ -f "$DATA/meta.properties" && ! -f "$SECRETS/passwords" ]] \
-        && die "$DATA holds a secure broker whose passwords are gone: kafka.sh reset --secure"
-      make_secrets
-      write_clients
-    fi
-    write_config
-    format_storage
+    prepare
     [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.1"
     local cds
     if [[ -s "$JSA" ]]; then
@@ -506,14 +502,7 @@ cmd_up() {
 # In the foreground, for a container (compose.yaml): secrets, config and storage as `up` makes
 # them, then the broker replaces this shell. Provisioning is a separate one-shot there.
 cmd_run() {
-  need_java
-  resolve
-  if ((SECURE)); then
-    make_secrets
-    write_clients
-  fi
-  write_config
-  format_storage
+  prepare
   exec java "-Xmx$HEAP" "-Xms$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true -cp "$LIB/*" kafka.Kafka "$CONF"
 }

@@ -11,18 +11,10 @@ import yaml
 
 from governor.events import PRINCIPALS
 from governor.settings import load_settings
-from governor_actuator.config import ActuatorSettings
-from governor_aggregator.main import AggregatorSettings
 from governor_collector.config import CollectorSettings
-from governor_decider.main import DeciderSettings
+from tests.support.service_settings import SETTINGS, kafka_of
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
-SETTINGS: dict[str, type[Any]] = {
-    "collector": CollectorSettings,
-    "aggregator": AggregatorSettings,
-    "decider": DeciderSettings,
-    "actuator": ActuatorSettings,
-}
 
 
 def _deployments() -> dict[str, dict[str, Any]]:
@@ -33,12 +25,13 @@ def _deployments() -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_each_service_is_its_own_principal_from_its_secret(service: str) -> None:
     s = load_settings(SETTINGS[service], "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
-    sec = s.kafka.security
+    sec, _ = kafka_of(s)
     assert (sec.protocol, sec.mechanism, sec.username) == ("SASL_SSL", "SCRAM-SHA-512", service)
     assert service in PRINCIPALS
     spec = _deployments()[service]["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["kafka"] == "/var/run/secrets/governor/kafka"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["kafka"]["secret"]["secretName"] == f"governor-kafka-{service}"
     assert sec.password_file == f"{mounts['kafka']}/password"
@@ -60,3 +53,13 @@ def test_the_collector_authenticates_pushes_with_the_cluster() -> None:
             "verbs": ["create"],
         }
     ]
+
+
+def test_every_service_uses_the_same_sasl_ssl_bootstrap() -> None:
+    bootstraps = {
+        service: kafka_of(
+            load_settings(typ, "UNUSED", env={}, file=BASE / "config" / f"{service}.yaml")
+        )[1]
+        for service, typ in SETTINGS.items()
+    }
+    assert set(bootstraps.values()) == {"kafka.governor-system.svc:9094"}, bootstraps

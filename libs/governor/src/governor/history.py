@@ -18,11 +18,20 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from governor.bus import DeadLetter, Message, _Decoder, _start, default_bootstrap
 from governor.events import Topic
+from governor.kafka_security import KafkaSecurity, aiokafka_options
 
 
 class History:
-    def __init__(self, bootstrap: str | None, topics: Sequence[Topic[Any]]) -> None:
+    def __init__(
+        self,
+        bootstrap: str | None,
+        topics: Sequence[Topic[Any]],
+        security: KafkaSecurity | None = None,
+    ) -> None:
         self.bootstrap = bootstrap or default_bootstrap()
+        # None: GOVERNOR_KAFKA_* (plaintext if unset), as the bus's clients; on the secure
+        # broker `governor explain` reads as the principal `viewer`.
+        self.security = security
         self.decoders = {t.name: _Decoder(t, check_key=False) for t in topics}
         self._c: AIOKafkaConsumer | None = None
 
@@ -33,6 +42,7 @@ class History:
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                **aiokafka_options(self.security),
             )
 
         self._c = await _start(make, "history reader", self.bootstrap, 30.0)
