@@ -1,0 +1,83 @@
+"""governor.retry: the backoff schedule, the deadline, what is retried and what is not."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tenacity import RetryError
+
+from governor.retry import Backoff, delays, retrying
+
+log = logging.getLogger("test.retry")
+
+
+def test_the_schedule_doubles_to_its_cap() -> None:
+    assert list(delays(0.1, 5.0, 8)) == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    assert list(delays(0.5, 30.0, 3)) == [0.5, 1.0, 2.0]
+
+
+@given(
+    first=st.floats(0.01, 10),
+    cap=st.floats(0.01, 60),
+    n=st.integers(1, 40),
+    jitter=st.floats(0, 0.5),
+)
+def test_a_wait_stays_within_its_bounds(first: float, cap: float, n: int, jitter: float) -> None:
+    b = Backoff(first, cap, jitter=jitter)
+    base = list(delays(first, cap, n))
+    assert all(x <= y or y == cap for x, y in zip(base, base[1:], strict=False))
+    assert all(min(first, cap) <= w <= max(first, cap) for w in base)
+    lo, hi = 1 - jitter, 1 + jitter
+    jittered = Backoff(first, cap, jitter=jitter, rng=lambda a, b: hi if n % 2 else lo)
+    assert b.base(n) * lo - 1e-9 <= jittered.base(n) * (hi if n % 2 else lo) <= b.base(n) * hi
+
+
+def test_it_retries_until_it_works_and_logs_each_retry(caplog: pytest.LogCaptureFixture) -> None:
+    calls = []
+
+    async def go() -> int:
+        async for attempt in retrying(on=OSError, first_s=0.01, max_s=0.02, log=log, what="x"):
+            with attempt:
+                calls.append(1)
+                if len(calls) < 3:
+                    raise OSError("down")
+                return len(calls)
+        raise AssertionError("unreachable")
+
+    with caplog.at_level(logging.WARNING, "test.retry"):
+        assert asyncio.run(go()) == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "x failed (down); retrying in 0.0s",
+        "x failed (down); retrying in 0.0s",
+    ]
+
+
+def test_another_error_is_not_retried() -> None:
+    async def go() -> None:
+        async for attempt in retrying(on=OSError, first_s=0.01, max_s=0.02, log=log, what="x"):
+            with attempt:
+                raise ValueError("bug")
+
+    with pytest.raises(ValueError, match="bug"):
+        asyncio.run(go())
+
+
+def test_it_stops_at_the_deadline_without_sleeping_past_it() -> None:
+    async def go() -> None:
+        deadline = time.monotonic() + 0.3
+        async for attempt in retrying(
+            on=OSError, first_s=0.05, max_s=10.0, log=log, what="x", deadline=deadline
+        ):
+            with attempt:
+                raise OSError("down")
+
+    t0 = time.monotonic()
+    with pytest.raises(RetryError) as e:
+        asyncio.run(go())
+    assert isinstance(e.value.last_attempt.exception(), OSError)
+    assert 0.3 <= time.monotonic() - t0 < 5.0
