@@ -16,9 +16,6 @@ SCRIPT = ROOT / "tools" / "check_structure.py"
 # aiokafka internals without a public replacement in aiokafka 0.14 (topic metadata waits,
 # connection state, fetch positions).
 _NOT_YET: dict[str, list[str]] = {
-    "libs/governor-tools/src/governor_tools/demo/report.py": [
-        "long-function: write",
-    ],
     "libs/governor/src/governor/bus/connect.py": [
         "private-name: client._conns",
     ],
