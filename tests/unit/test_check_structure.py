@@ -47,9 +47,6 @@ _NOT_YET: dict[str, list[str]] = {
         "private-name: self._is_changelog_tp",
         "private-name: self._read_offset",
     ],
-    "services/collector/src/governor_collector/cluster/model.py": [
-        "long-function: compute",
-    ],
     "services/collector/src/governor_collector/policies.py": [
         "private-name: c._client._wait_on_metadata",
     ],

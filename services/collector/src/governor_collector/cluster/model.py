@@ -328,6 +328,15 @@ class ClusterModel:
         if full:
             self._policy_selector.clear()
             self.covered.clear()
+        changes = self._policies_and_workloads(full, namespaces, now)
+        changes += self._nodes(now)
+        self.dirty_nodes.clear()
+        self.all_dirty = False
+        return changes
+
+    def _policies_and_workloads(self, full: bool, namespaces: set[str], now: float) -> list[Change]:
+        """The policies' records and their targets' WorkloadStates: every policy when `full`,
+        else those of the namespaces whose pods changed."""
         changes: list[Change] = []
         policy_out: dict[str, Event] = {}
         workload_out: dict[str, Event] = {}
@@ -398,6 +407,12 @@ class ClusterModel:
                 full=False,
                 considered=considered_workloads,
             )
+        return changes
+
+    def _nodes(self, now: float) -> list[Change]:
+        """The nodes' states (all when the managed selectors changed, else the dirty ones) and
+        the quotas' and queues' limits."""
+        changes: list[Change] = []
         selectors = {(ns, selector_string(sel)): sel for ns, sel in self._policy_selector.values()}
 
         sel_key = frozenset(selectors)
@@ -429,8 +444,6 @@ class ClusterModel:
             node_out[name] = nstate
         changes += self._diff("cluster", node_out, set(), full=False, considered=set(names))
         changes += self._limits(managed, now)
-        self.dirty_nodes.clear()
-        self.all_dirty = False
         return changes
 
     def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
