@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from prometheus_client import Counter, Histogram
 
+from governor import targets
 from governor.events import Actuation, ActuationOutcome, ScaleDecision
 from governor.kube import Kube, KubeError
 from governor.policy import actuation as core
@@ -59,9 +60,6 @@ KUBE_ERRORS = Counter(
     "API server errors by HTTP status (0: no answer), including the ones retried.",
     ["code"],
 )
-
-# Kinds whose replicas live at /spec/replicas (no CRD to read).
-BUILTIN_SCALABLE = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")}
 
 
 def _now_iso() -> str:
@@ -164,7 +162,7 @@ class Actuator:
         self._status: dict[str, dict[str, Any]] = {}  # ns/name -> the status last computed
         # HPAs and ScaledObjects per namespace, one LIST each per owner_ttl_seconds.
         self._owners: TtlCache[tuple[list[Any], list[Any]]] = TtlCache(settings.owner_ttl_seconds)
-        self._pointers: dict[tuple[str, str], str] = {}
+        self._scale_paths: dict[tuple[str, str], str] = {}  # (group, plural) -> specReplicasPath
         self._instance = socket.gethostname()
         # Status and Events are written off the decision's path, by background writers: the
         # newest status per ScalingPolicy (coalesced), Events in order through a bounded queue.
@@ -268,21 +266,23 @@ class Actuator:
             return []
 
     async def _replicas_pointer(self, policy: ScalingPolicy, plural: str) -> str | None:
+        """Where the target's replicas live (`governor.targets`); a CRD's scale subresource is
+        read once per (group, plural). None: a CRD without one."""
         ref = policy.spec.target_ref
-        if ref.spec_replicas_path:
-            return core.to_pointer(ref.spec_replicas_path)
-        group = core.api_group(ref.api_version)
-        if (group, ref.kind) in BUILTIN_SCALABLE:
-            return "/spec/replicas"
-        key = (group, plural)
-        if key not in self._pointers:
-            scale = await self._call(
-                f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
-            )
-            if scale is None:
-                return None
-            self._pointers[key] = core.to_pointer(scale.spec_replicas_path)
-        return self._pointers[key]
+        kind = targets.kind_of(ref)
+        scale_path = None
+        if kind.needs_scale_subresource(ref):
+            group = core.api_group(ref.api_version)
+            key = (group, plural)
+            if key not in self._scale_paths:
+                scale = await self._call(
+                    f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
+                )
+                if scale is None:
+                    return None
+                self._scale_paths[key] = scale.spec_replicas_path
+            scale_path = self._scale_paths[key]
+        return kind.replicas_pointer(ref, scale_path)
 
     # --- the decision ------------------------------------------------------------------------
 

@@ -40,13 +40,11 @@ from governor.inventory import (
     Node,
     Pod,
     PriorityClass,
-    TargetView,
     managed_matcher,
     node_state,
     policy_from_cluster,
     policy_record,
     selector_string,
-    target_view,
     workload_state,
     worth_publishing,
 )
@@ -60,6 +58,7 @@ from governor.quotas import (
     quota_state,
 )
 from governor.spec import PolicyError, ScalingPolicy
+from governor.targets import TargetView, target_view
 
 log = logging.getLogger("governor.collector.cluster")
 
