@@ -29,10 +29,6 @@ _NOT_YET: dict[str, list[str]] = {
     "libs/governor/src/governor/bus/reading.py": [
         "private-name: c._client._wait_on_metadata",
     ],
-    "services/actuator/src/governor_actuator/actuator.py": [
-        "long-file",
-        "long-function: _handle",
-    ],
     "services/aggregator/src/governor_aggregator/main.py": [
         "long-function: build_app",
         "private-name: aio.client._wait_on_metadata",
