@@ -20,7 +20,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from governor.inventory import Node
-from governor_collector.cluster.watch import Reflector
+from governor.reflector import Reflector
 
 
 @dataclass

@@ -53,10 +53,16 @@ class Backoff(wait_base):
         """The wait after failed attempt number `attempt` (1-based), before jitter."""
         return float(min(self.first_s * self.factor ** (attempt - 1), self.max_s))
 
-    def __call__(self, retry_state: RetryCallState) -> float:
-        wait = self.base(retry_state.attempt_number)
+    def jittered(self, attempt: int) -> float:
+        """The wait after failed attempt `attempt`, jittered (for loops that are not tenacity's:
+        a watch whose failures each need their own handling)."""
+        wait = self.base(attempt)
         if self.jitter:
             wait *= self.rng(1 - self.jitter, 1 + self.jitter)
+        return wait
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        wait = self.jittered(retry_state.attempt_number)
         if self.deadline is not None:
             wait = max(0.0, min(wait, self.deadline - time.monotonic()))
         return wait

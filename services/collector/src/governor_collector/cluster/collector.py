@@ -40,9 +40,9 @@ from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClas
 from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
 from governor.quotas import PodGroup, Queue, ResourceQuota
+from governor.reflector import Reflector
 from governor.retry import retrying
 from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
-from governor_collector.cluster.watch import Reflector
 
 log = logging.getLogger("governor.collector.cluster")
 
