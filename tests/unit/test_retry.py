@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 
@@ -26,15 +27,18 @@ def test_the_schedule_doubles_to_its_cap() -> None:
     cap=st.floats(0.01, 60),
     n=st.integers(1, 40),
     jitter=st.floats(0, 0.5),
+    draw=st.floats(0, 1),
 )
-def test_a_wait_stays_within_its_bounds(first: float, cap: float, n: int, jitter: float) -> None:
-    b = Backoff(first, cap, jitter=jitter)
+def test_a_wait_stays_within_its_bounds(
+    first: float, cap: float, n: int, jitter: float, draw: float
+) -> None:
     base = list(delays(first, cap, n))
-    assert all(x <= y or y == cap for x, y in zip(base, base[1:], strict=False))
-    assert all(min(first, cap) <= w <= max(first, cap) for w in base)
-    lo, hi = 1 - jitter, 1 + jitter
-    jittered = Backoff(first, cap, jitter=jitter, rng=lambda a, b: hi if n % 2 else lo)
-    assert b.base(n) * lo - 1e-9 <= jittered.base(n) * (hi if n % 2 else lo) <= b.base(n) * hi
+    assert all(x <= y for x, y in itertools.pairwise(base))  # never shrinks
+    assert all(min(first, cap) <= w <= cap for w in base)
+    # jitter: a factor in [1 - jitter, 1 + jitter] of the wait, whatever the draw
+    b = Backoff(first, cap, jitter=jitter, rng=lambda lo, hi: lo + (hi - lo) * draw)
+    w = b.jittered(n)
+    assert base[-1] * (1 - jitter) - 1e-9 <= w <= base[-1] * (1 + jitter) + 1e-9
 
 
 def test_it_retries_until_it_works_and_logs_each_retry(caplog: pytest.LogCaptureFixture) -> None:
