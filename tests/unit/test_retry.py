@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tenacity import RetryError
 
-from governor.retry import Backoff, delays, retrying
+from governor.retry import Backoff, call, delays, retrying
 
 log = logging.getLogger("test.retry")
 
@@ -85,3 +85,21 @@ def test_it_stops_at_the_deadline_without_sleeping_past_it() -> None:
         asyncio.run(go())
     assert isinstance(e.value.last_attempt.exception(), OSError)
     assert 0.3 <= time.monotonic() - t0 < 5.0
+
+
+def test_call_returns_the_first_success_and_raises_retry_error_at_the_deadline() -> None:
+    results = iter([OSError("down"), 42])
+
+    async def flaky() -> int:
+        r = next(results)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    async def never() -> int:
+        raise OSError("down")
+
+    kw = {"on": OSError, "first_s": 0.01, "max_s": 0.02, "log": log, "what": "x"}
+    assert asyncio.run(call(flaky, **kw)) == 42  # type: ignore[arg-type]
+    with pytest.raises(RetryError):
+        asyncio.run(call(never, deadline=time.monotonic() + 0.1, **kw))  # type: ignore[arg-type]

@@ -25,10 +25,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from tenacity import RetryError
 
+from governor import retry
 from governor.bus import codec_for
 from governor.events import POLICIES, PolicyRecord, Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
-from governor.retry import retrying
 from governor.spec import ScalingPolicy
 from governor_collector import metrics
 
@@ -78,18 +78,16 @@ class PolicyTable:
 
     async def start(self) -> None:
         """Connect and assign every partition from the beginning (retries until the timeout)."""
-        deadline = time.monotonic() + self.start_timeout_s
         try:
-            async for attempt in retrying(
+            c = await retry.call(
+                self._open,
                 on=(KafkaError, OSError),
                 first_s=0.2,
                 max_s=5.0,
-                deadline=deadline,
+                deadline=time.monotonic() + self.start_timeout_s,
                 log=log,
                 what=f"policies: reading {self.topic.name}",
-            ):
-                with attempt:
-                    c = await self._open()
+            )
         except RetryError as e:
             err = e.last_attempt.exception()
             raise ConnectionError(

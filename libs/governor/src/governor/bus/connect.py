@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from tenacity import RetryError
 
-from governor.retry import retrying
+from governor import retry
 
 log = logging.getLogger("governor.bus")
 
@@ -39,30 +39,31 @@ async def start_client(
     """`make()` and start a client, retrying (0.1 s doubling to 5 s) until `timeout_s` is spent;
     then `BusUnavailable` names the address. A client that failed to start is stopped before
     the next one is made."""
-    deadline = time.monotonic() + timeout_s
+    attempts = 0
+
+    async def once() -> Client:
+        nonlocal attempts
+        attempts += 1
+        client = make()
+        try:
+            await client.start()
+        except BaseException:
+            stop = client.close if isinstance(client, AIOKafkaAdminClient) else client.stop
+            with contextlib.suppress(Exception):
+                await stop()
+            raise
+        return client
+
     try:
-        async for attempt in retrying(
+        client = await retry.call(
+            once,
             on=(KafkaConnectionError, KafkaError, OSError),
             first_s=0.1,
             max_s=5.0,
-            deadline=deadline,
+            deadline=time.monotonic() + timeout_s,
             log=log,
             what=f"{what}: Kafka at {bootstrap}",
-        ):
-            with attempt:
-                client = make()
-                try:
-                    await client.start()
-                except BaseException:
-                    stop = client.close if isinstance(client, AIOKafkaAdminClient) else client.stop
-                    with contextlib.suppress(Exception):
-                        await stop()
-                    raise
-                # inside the attempt: after a failure tenacity's `with` swallows the error
-                n = attempt.retry_state.attempt_number
-                if n > 1:
-                    log.info("%s connected to %s after %d attempts", what, bootstrap, n)
-                return client
+        )
     except RetryError as e:
         err = e.last_attempt.exception()
         raise BusUnavailable(
@@ -70,7 +71,9 @@ async def start_client(
             f"({type(err).__name__}: {err}). Is it up? `governor dev kafka up` starts a "
             f"local broker; GOVERNOR_KAFKA_BOOTSTRAP names another."
         ) from err
-    raise AssertionError("unreachable: retrying either returns or raises")  # pragma: no cover
+    if attempts > 1:
+        log.info("%s connected to %s after %d attempts", what, bootstrap, attempts)
+    return client
 
 
 def connected(client: Any) -> bool:

@@ -37,6 +37,7 @@ from governor.events import Reason, ScaleDecision
 from governor.spec import ScalingPolicy, TargetRef
 from governor.targets import escape_pointer, kind_of
 from governor.targets import to_pointer as to_pointer  # re-exported: the actuator's callers
+from governor.targets.base import dig, pointer_segments
 from governor.targets.volcano import VOLCANO_JOB
 
 # Every annotation governor writes on a target starts with it (explain lists them).
@@ -287,24 +288,9 @@ class TargetState(msgspec.Struct, frozen=True, kw_only=True):
     min_available: int | None = None
 
 
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
 def resolve_pointer(obj: Any, pointer: str) -> Any:
     """The value at `pointer` in `obj`, or None when any step is missing."""
-    node = obj
-    for raw in pointer.split("/")[1:]:
-        token = _unescape(raw)
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-        if node is None:
-            return None
-    return node
+    return dig(obj, pointer_segments(pointer))
 
 
 def _as_int(value: Any) -> int | None:

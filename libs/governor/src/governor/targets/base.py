@@ -82,10 +82,15 @@ def to_pointer(path: str) -> str:
     return "/" + "/".join(escape_pointer(p) for p in parts)
 
 
+def pointer_segments(pointer: str) -> list[str]:
+    """The reference tokens of a JSON pointer, unescaped: `/spec/a~1b` → ["spec", "a/b"]."""
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+
+
 def path_segments(path: str) -> list[str]:
     """`.spec.a.b`, `spec.a.b` or the JSON pointer `/spec/a/b` → ["spec", "a", "b"]."""
     if path.startswith("/"):
-        return [s.replace("~1", "/").replace("~0", "~") for s in path[1:].split("/")]
+        return pointer_segments(path)
     return [s for s in path.split(".") if s]
 
 
