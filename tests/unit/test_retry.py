@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tenacity import RetryError
 
-from governor.retry import Backoff, call, delays, retrying
+from governor.retry import Backoff, delays, retrying
 
 log = logging.getLogger("test.retry")
 
@@ -87,19 +87,20 @@ def test_it_stops_at_the_deadline_without_sleeping_past_it() -> None:
     assert 0.3 <= time.monotonic() - t0 < 5.0
 
 
-def test_call_returns_the_first_success_and_raises_retry_error_at_the_deadline() -> None:
+def test_one_call_returns_its_first_success_or_raises_retry_error_at_the_deadline() -> None:
     results = iter([OSError("down"), 42])
 
     async def flaky() -> int:
         r = next(results)
         if isinstance(r, Exception):
             raise r
+        assert isinstance(r, int)
         return r
 
     async def never() -> int:
         raise OSError("down")
 
     kw = {"on": OSError, "first_s": 0.01, "max_s": 0.02, "log": log, "what": "x"}
-    assert asyncio.run(call(flaky, **kw)) == 42  # type: ignore[arg-type]
+    assert asyncio.run(retrying(**kw)(flaky)) == 42  # type: ignore[arg-type]
     with pytest.raises(RetryError):
-        asyncio.run(call(never, deadline=time.monotonic() + 0.1, **kw))  # type: ignore[arg-type]
+        asyncio.run(retrying(deadline=time.monotonic() + 0.1, **kw)(never))  # type: ignore[arg-type]

@@ -9,6 +9,8 @@ and stops there, and logs each retry with what failed and how long it waits. The
     async for attempt in retrying(on=KafkaError, first_s=0.2, max_s=5.0, log=log, what="x"):
         with attempt:
             await send()
+
+    value = await retrying(...)(fetch)   # the same, for one call: its value, or RetryError
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator
 
 from tenacity import (
     AsyncRetrying,
@@ -28,9 +29,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-__all__ = ["Backoff", "Deadline", "call", "delays", "retrying"]
-
-T = TypeVar("T")
+__all__ = ["Backoff", "Deadline", "delays", "retrying"]
 
 ExcTypes = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -114,24 +113,3 @@ def retrying(
         stop=stop_never if deadline is None else Deadline(deadline),
         before_sleep=before_sleep,
     )
-
-
-async def call(
-    fn: Callable[[], Awaitable[T]],
-    *,
-    on: ExcTypes,
-    first_s: float,
-    max_s: float,
-    log: logging.Logger,
-    what: str | Callable[[], str],
-    deadline: float | None = None,
-    jitter: float = 0.0,
-) -> T:
-    """`await fn()` through `retrying(...)` (same arguments): its value once a call succeeds;
-    `RetryError` when `deadline` came first."""
-    async for attempt in retrying(
-        on=on, first_s=first_s, max_s=max_s, log=log, what=what, deadline=deadline, jitter=jitter
-    ):
-        with attempt:
-            return await fn()
-    raise AssertionError("unreachable: retrying either returns or raises")  # pragma: no cover

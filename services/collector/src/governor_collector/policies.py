@@ -79,15 +79,14 @@ class PolicyTable:
     async def start(self) -> None:
         """Connect and assign every partition from the beginning (retries until the timeout)."""
         try:
-            c = await retry.call(
-                self._open,
+            c: AIOKafkaConsumer = await retry.retrying(
                 on=(KafkaError, OSError),
                 first_s=0.2,
                 max_s=5.0,
                 deadline=time.monotonic() + self.start_timeout_s,
                 log=log,
                 what=f"policies: reading {self.topic.name}",
-            )
+            )(self._open)
         except RetryError as e:
             err = e.last_attempt.exception()
             raise ConnectionError(

@@ -55,15 +55,14 @@ async def start_client(
         return client
 
     try:
-        client = await retry.call(
-            once,
+        client: Client = await retry.retrying(
             on=(KafkaConnectionError, KafkaError, OSError),
             first_s=0.1,
             max_s=5.0,
             deadline=time.monotonic() + timeout_s,
             log=log,
             what=f"{what}: Kafka at {bootstrap}",
-        )
+        )(once)
     except RetryError as e:
         err = e.last_attempt.exception()
         raise BusUnavailable(
