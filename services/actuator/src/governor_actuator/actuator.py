@@ -176,7 +176,8 @@ class Actuator:
 
     async def _replicas_pointer(self, policy: ScalingPolicy, plural: str) -> str | None:
         """Where the target's replicas live (`governor.targets`); a CRD's scale subresource is
-        read once per (group, plural). None: a CRD without one."""
+        read once per (group, plural). "": a CRD without one; None: the object says (a Volcano
+        Job's task)."""
         ref = policy.spec.target_ref
         kind = targets.kind_of(ref)
         scale_path = None
@@ -188,7 +189,7 @@ class Actuator:
                     f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
                 )
                 if scale is None:
-                    return None
+                    return ""
                 self._scale_paths[key] = scale.spec_replicas_path
             scale_path = self._scale_paths[key]
         return kind.replicas_pointer(ref, scale_path)
@@ -305,9 +306,7 @@ class Actuator:
         res = await self._call(
             f"discover {ref.kind}", lambda: self.kube.resource(ref.api_version, ref.kind)
         )
-        if core.is_volcano_job(ref):
-            return res.plural, None
-        return res.plural, await self._replicas_pointer(policy, res.plural) or ""
+        return res.plural, await self._replicas_pointer(policy, res.plural)
 
     async def _read_target(
         self, decision: ScaleDecision, policy: ScalingPolicy, located: tuple[str, str | None]

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import msgspec
 from prometheus_client import Counter
 
+from governor import targets
 from governor.events import Event
 from governor.inventory import (
     POOL_LABEL,
@@ -59,6 +60,7 @@ from governor.quotas import (
 )
 from governor.spec import PolicyError, ScalingPolicy
 from governor.targets import TargetView, target_view
+from governor.targets.volcano import VOLCANO_JOB
 
 log = logging.getLogger("governor.collector.cluster")
 
@@ -448,7 +450,7 @@ class ClusterModel:
     def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
         ref = p.spec.target_ref
         queue = None
-        if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/"):
+        if targets.kind_of(ref) is VOLCANO_JOB:
             obj = self.targets.get((ref.api_version, ref.kind), {}).get(
                 f"{p.metadata.namespace}/{ref.name}"
             )
