@@ -105,6 +105,7 @@ class Reflector(Generic[T]):
         request_timeout_s: float = 30.0,
         backoff_max_s: float = 30.0,
         label_selector: str | None = None,
+        retry_level: int = logging.WARNING,
     ) -> None:
         self.api = api
         self.path = path
@@ -116,6 +117,7 @@ class Reflector(Generic[T]):
         self.request_timeout_s = request_timeout_s
         self.backoff_max_s = backoff_max_s
         self.label_selector = label_selector
+        self.retry_level = retry_level  # how loud a failed list or watch is logged
         self.store: dict[str, T] = {}
         self.versions: dict[str, str] = {}
         self.resource_version: str | None = None
@@ -282,7 +284,13 @@ class Reflector(Generic[T]):
                     self.served = False
                     self.settled.set()
                 else:
-                    log.warning("watch %s failed (%s), retrying in %.1fs", self.name, e, wait)
+                    log.log(
+                        self.retry_level,
+                        "watch %s failed (%s), retrying in %.1fs",
+                        self.name,
+                        e,
+                        wait,
+                    )
                 WATCH_RESTARTS.labels(self.name, "error").inc()
                 if isinstance(e, msgspec.DecodeError):
                     self.resource_version = None  # a bad stream: start over from a list

@@ -6,6 +6,7 @@ every change: the demo's workload simulator and its test, on the runtime library
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,8 @@ class Watch:
             watch_timeout_s=timeout_s,
             backoff_max_s=5.0,
             label_selector=label_selector,
+            # the demo stops the API server under its own watches: not worth a warning
+            retry_level=logging.INFO,
         )
         self.synced = self.reflector.synced
 
