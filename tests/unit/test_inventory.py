@@ -37,12 +37,11 @@ from governor.inventory import (
     selector_matches,
     selector_string,
     summarize_pool,
-    target_kind,
-    target_view,
     workload_state,
     worth_publishing,
 )
 from governor.spec import PolicyError
+from governor.targets import target_kind, target_view
 
 GiB = 2**30
 

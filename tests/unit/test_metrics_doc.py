@@ -14,11 +14,11 @@ MODULES = [
     "governor.bus",
     "governor_collector.metrics",
     "governor_collector.cluster.model",
-    "governor_collector.cluster.watch",
+    "governor.reflector",  # the cluster collector's watches (governor_collector_cluster_watch_*)
     "governor_collector.cluster.collector",
     "governor_aggregator.main",
     "governor_decider.main",
-    "governor_actuator.actuator",
+    "governor_actuator.metrics",
 ]
 COMPONENTS = {"bus", "collector", "aggregator", "decider", "actuator"}
 

@@ -16,7 +16,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from governor.bus import DeadLetter, Message, _Decoder, _start, default_bootstrap
+from governor.bus import (
+    DeadLetter,
+    Decoder,
+    Message,
+    default_bootstrap,
+    records_to_end,
+    start_client,
+)
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 
@@ -32,7 +39,7 @@ class History:
         # None: GOVERNOR_KAFKA_* (plaintext if unset), as the bus's clients; on the secure
         # broker `governor explain` reads as the principal `viewer`.
         self.security = security
-        self.decoders = {t.name: _Decoder(t, check_key=False) for t in topics}
+        self.decoders = {t.name: Decoder(t, check_key=False) for t in topics}
         self._c: AIOKafkaConsumer | None = None
 
     async def __aenter__(self) -> History:
@@ -45,7 +52,7 @@ class History:
                 **aiokafka_options(self.security),
             )
 
-        self._c = await _start(make, "history reader", self.bootstrap, 30.0)
+        self._c = await start_client(make, "history reader", self.bootstrap, 30.0)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -83,20 +90,9 @@ class History:
         tps = await self._partitions(timeout_s)
         if not tps:
             return []
-        end = await c.end_offsets(list(tps))
         out: list[Message[Any]] = []
-        pending = {tp for tp in tps if end[tp] > 0}
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            for tp in list(pending):
-                if await c.position(tp) >= end[tp]:
-                    pending.discard(tp)
-            if not pending:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading to the end took more than {timeout_s:.0f}s")
-            for tp, records in (await c.getmany(*pending, timeout_ms=500)).items():
-                out += self._decode([r for r in records if r.offset < end[tp]])
+        async for records in records_to_end(c, tps, timeout_s, ", ".join(self.decoders)):
+            out += self._decode(records)
         return out
 
     async def follow(self, poll_ms: int = 500) -> AsyncIterator[list[Message[Any]]]:

@@ -123,16 +123,11 @@ def _paused(annotations: Mapping[str, Any], behavior: dict[str, Any]) -> bool:
     )
 
 
-def from_scaled_object(
-    obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None
-) -> Conversion:
-    """`auths`: the TriggerAuthentications of the same file, by name."""
-    check(obj, ScaledObject)
-    spec = obj.get("spec") or {}
-    triggers = list(spec.get("triggers") or [])
-    low, high, idle = _bounds(spec)
-    _check_webhook(spec, triggers)
-    interval = float(_int(spec, "pollingInterval", 30) or 30)
+def _triggers(
+    triggers: list[Any], interval: float, auths: Mapping[str, Auth]
+) -> tuple[list[dict[str, Any]], list[float], list[str], list[str], bool]:
+    """Each trigger converted: (metrics, activation thresholds, notes, what could not be
+    converted, whether an authenticationRef was not carried over)."""
     notes: list[str] = []
     unconverted: list[str] = []
     metrics: list[dict[str, Any]] = []
@@ -146,7 +141,7 @@ def from_scaled_object(
             metric_type=raw.get("metricType"),
             name=raw.get("name"),
             interval=interval,
-            auth=_auth(raw, auths or {}),
+            auth=_auth(raw, auths),
         )
         try:
             converted = convert_trigger(t)
@@ -157,6 +152,38 @@ def from_scaled_object(
         activations.append(converted.activation)
         auth_unhandled |= t.auth is not None and not t.auth_handled
         notes += t.notes + _trigger_notes(i, raw, t.quiet)
+    return metrics, activations, notes, unconverted, auth_unhandled
+
+
+def _fallback(fallback: Mapping[str, Any], low: int, high: int, notes: list[str]) -> dict[str, Any]:
+    """spec.fallback as governor's fallback; its replicas brought inside min..max (noted)."""
+    replicas = int(fallback.get("replicas", 0))
+    bounded = min(max(replicas, low), high)
+    if bounded != replicas:
+        notes.append(
+            f"spec.fallback.replicas: {replicas} is outside minReplicas..maxReplicas; the "
+            f"HPA would clamp it, governor requires it inside: {bounded}"
+        )
+    return {
+        "failureThreshold": int(fallback.get("failureThreshold", 3)),
+        "replicas": bounded,
+        "behavior": fallback.get("behavior") or "static",
+    }
+
+
+def from_scaled_object(
+    obj: Mapping[str, Any], auths: Mapping[str, Auth] | None = None
+) -> Conversion:
+    """`auths`: the TriggerAuthentications of the same file, by name."""
+    check(obj, ScaledObject)
+    spec = obj.get("spec") or {}
+    triggers = list(spec.get("triggers") or [])
+    low, high, idle = _bounds(spec)
+    _check_webhook(spec, triggers)
+    interval = float(_int(spec, "pollingInterval", 30) or 30)
+    metrics, activations, notes, unconverted, auth_unhandled = _triggers(
+        triggers, interval, auths or {}
+    )
     pol: dict[str, Any] = {
         "targetRef": target_ref(spec.get("scaleTargetRef"), "spec.scaleTargetRef"),
         "minReplicas": low,
@@ -192,18 +219,7 @@ def from_scaled_object(
                 quiet.append("spec.initialCooldownPeriod")
     fallback = spec.get("fallback")
     if fallback:
-        replicas = int(fallback.get("replicas", 0))
-        bounded = min(max(replicas, pol["minReplicas"]), high)
-        if bounded != replicas:
-            notes.append(
-                f"spec.fallback.replicas: {replicas} is outside minReplicas..maxReplicas; the "
-                f"HPA would clamp it, governor requires it inside: {bounded}"
-            )
-        pol["fallback"] = {
-            "failureThreshold": int(fallback.get("failureThreshold", 3)),
-            "replicas": bounded,
-            "behavior": fallback.get("behavior") or "static",
-        }
+        pol["fallback"] = _fallback(fallback, pol["minReplicas"], high, notes)
     advanced = spec.get("advanced") or {}
     behavior = copy.deepcopy((advanced.get("horizontalPodAutoscalerConfig") or {}).get("behavior"))
     behavior = dict(behavior or {})

@@ -16,18 +16,15 @@ broker has against what the table wants.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
-from governor.bus import BusUnavailable
+from governor.bus import start_client
 from governor.events import TOPICS, Topic
 from governor.kafka_security import aiokafka_options
 
@@ -121,27 +118,15 @@ def specs(
 
 async def _admin(bootstrap: str, start_timeout_s: float) -> AIOKafkaAdminClient:
     """A started admin client; retries with backoff, then raises BusUnavailable."""
-    deadline = time.monotonic() + start_timeout_s
-    delay = 0.1
-    while True:
-        # security from GOVERNOR_KAFKA_* (governor.kafka_security): on a secure broker, as admin
-        admin = AIOKafkaAdminClient(
+    # security from GOVERNOR_KAFKA_* (governor.kafka_security): on a secure broker, as admin
+    return await start_client(
+        lambda: AIOKafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="governor-admin", **aiokafka_options(None)
-        )
-        try:
-            await admin.start()
-            return admin
-        except (KafkaError, OSError) as e:
-            with contextlib.suppress(Exception):
-                await admin.close()
-            if time.monotonic() + delay > deadline:
-                raise BusUnavailable(
-                    f"Kafka at {bootstrap} did not answer within {start_timeout_s:.0f}s "
-                    f"({type(e).__name__}: {e}). Is it up? `governor dev kafka up` starts a "
-                    f"local broker; GOVERNOR_KAFKA_BOOTSTRAP names another."
-                ) from e
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        ),
+        "admin",
+        bootstrap,
+        start_timeout_s,
+    )
 
 
 async def _metadata(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The Kubernetes side of the actuator: one ScaleDecision in, one Actuation out.
 
-Everything that decides is in `governor.policy.actuation`; this module reads what those functions
-need from the API server (the ScalingPolicy, HPAs and ScaledObjects, the target) and writes what
-they return (the fenced patch, the ScalingPolicy status, an Event). Every API call goes through
+Everything that decides is the core `governor.cores.actuator` (`decide`, on the rules of
+`governor.policy.actuation`); this module reads what `decide` asks for from the API server (the
+ScalingPolicy, HPAs and ScaledObjects, the target) and writes what it returns (the fenced patch,
+the ScalingPolicy status, an Event). Every API call goes through
 `_call`: a client-side QPS budget (token bucket) and retries with backoff on 429, 5xx and no
 answer (honouring Retry-After).
 """
@@ -16,17 +17,26 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from prometheus_client import Counter, Histogram
-
+from governor import targets
+from governor.cores import actuator as actuator_core
+from governor.cores.actuator import UNREAD, Need, Owners, Refused, TargetRead, Unread, decide
 from governor.events import Actuation, ActuationOutcome, ScaleDecision
 from governor.kube import Kube, KubeError
 from governor.policy import actuation as core
 from governor.policy import pacing
 from governor.policy.status import policy_status
-from governor.spec import PolicyError, ScalingPolicy, policy_from_obj
+from governor.spec import PolicyError, ScalingPolicy
+from governor_actuator.cache import PolicyIndex, TtlCache
 from governor_actuator.config import ActuatorSettings
+from governor_actuator.metrics import (
+    ACTUATIONS,
+    DECISION_TO_PATCH,
+    EVENTS_DROPPED,
+    KUBE_ERRORS,
+    STATUS_ERRORS,
+)
 
 log = logging.getLogger("governor.actuator")
 
@@ -35,112 +45,9 @@ T = TypeVar("T")
 POLICY_API = "governor.dev/v1alpha1"
 POLICY_PLURAL = "scalingpolicies"
 
-ACTUATIONS = Counter(
-    "governor_actuator_actuations",
-    "Decisions handled, by outcome (applied, noop, refused, failed, dry_run) and reason "
-    "(the refusal code, the failure, or the decision's binding rule).",
-    ["outcome", "reason"],
-)
-DECISION_TO_PATCH = Histogram(
-    "governor_actuator_decision_to_patch_seconds",
-    "From the decision's decided_at to the API server's answer to its patch.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-)
-STATUS_ERRORS = Counter(
-    "governor_actuator_status_write_errors",
-    "ScalingPolicy status writes that failed after retries.",
-)
-EVENTS_DROPPED = Counter(
-    "governor_actuator_events_dropped",
-    "Kubernetes Events not created because the event queue was full.",
-)
-KUBE_ERRORS = Counter(
-    "governor_actuator_kube_errors",
-    "API server errors by HTTP status (0: no answer), including the ones retried.",
-    ["code"],
-)
-
-# Kinds whose replicas live at /spec/replicas (no CRD to read).
-BUILTIN_SCALABLE = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")}
-
 
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-V = TypeVar("V")
-
-
-class TtlCache(Generic[V]):
-    """Values by key, never older than `ttl` seconds; concurrent misses of one key share one load.
-
-    Refresh-ahead: a value past half its TTL is still returned, and reloaded in the background,
-    so steady traffic never waits for a reload; only a value past its full TTL is waited for.
-    """
-
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
-        self._values: dict[str, tuple[float, V]] = {}
-        self._loading: dict[str, asyncio.Task[V]] = {}
-
-    async def get(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
-        hit = self._values.get(key)
-        age = time.monotonic() - hit[0] if hit is not None else None
-        if hit is not None and age is not None and age < self.ttl:
-            if age > self.ttl / 2 and key not in self._loading:
-                ahead = asyncio.ensure_future(self._load(key, load, ahead=True))
-                ahead.add_done_callback(lambda t: t.cancelled() or t.exception())
-                self._loading[key] = ahead
-            return hit[1]
-        task = self._loading.get(key)
-        if task is None:
-            task = asyncio.ensure_future(self._load(key, load))
-            self._loading[key] = task
-        return await asyncio.shield(task)
-
-    async def _load(self, key: str, load: Callable[[], Awaitable[V]], ahead: bool = False) -> V:
-        started = time.monotonic()
-        try:
-            value = await load()
-            self._values[key] = (started, value)  # as old as the moment it was asked for
-            return value
-        except Exception as e:
-            if ahead:  # drop the old value: the next use must load (and see the error)
-                self._values.pop(key, None)
-                log.warning("refresh of %s failed (%s); the next use reloads it", key, e)
-            raise
-        finally:
-            del self._loading[key]
-
-    def put(self, key: str, value: V) -> None:
-        self._values[key] = (time.monotonic(), value)
-
-
-class PolicyIndex:
-    """A namespace's ScalingPolicies as last listed: by name (a ScalingPolicy, or the PolicyError
-    that says why the object on the API server is not one) and by target workload."""
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        self.by_name: dict[str, ScalingPolicy | PolicyError] = {}
-        self.by_workload: dict[str, str] = {}
-        self.status: dict[str, dict[str, Any]] = {}
-        for obj in items:
-            self.add(obj)
-
-    def add(self, obj: dict[str, Any]) -> ScalingPolicy | PolicyError:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        ref = (obj.get("spec") or {}).get("targetRef") or {}
-        self.by_workload.setdefault(
-            f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}", name
-        )
-        try:
-            value: ScalingPolicy | PolicyError = policy_from_obj(obj)
-        except PolicyError as err:
-            value = err
-        self.by_name[name] = value
-        self.status[name] = dict(obj.get("status") or {})
-        return value
 
 
 class Actuator:
@@ -164,7 +71,7 @@ class Actuator:
         self._status: dict[str, dict[str, Any]] = {}  # ns/name -> the status last computed
         # HPAs and ScaledObjects per namespace, one LIST each per owner_ttl_seconds.
         self._owners: TtlCache[tuple[list[Any], list[Any]]] = TtlCache(settings.owner_ttl_seconds)
-        self._pointers: dict[tuple[str, str], str] = {}
+        self._scale_paths: dict[tuple[str, str], str] = {}  # (group, plural) -> specReplicasPath
         self._instance = socket.gethostname()
         # Status and Events are written off the decision's path, by background writers: the
         # newest status per ScalingPolicy (coalesced), Events in order through a bounded queue.
@@ -268,21 +175,24 @@ class Actuator:
             return []
 
     async def _replicas_pointer(self, policy: ScalingPolicy, plural: str) -> str | None:
+        """Where the target's replicas live (`governor.targets`); a CRD's scale subresource is
+        read once per (group, plural). "": a CRD without one; None: the object says (a Volcano
+        Job's task)."""
         ref = policy.spec.target_ref
-        if ref.spec_replicas_path:
-            return core.to_pointer(ref.spec_replicas_path)
-        group = core.api_group(ref.api_version)
-        if (group, ref.kind) in BUILTIN_SCALABLE:
-            return "/spec/replicas"
-        key = (group, plural)
-        if key not in self._pointers:
-            scale = await self._call(
-                f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
-            )
-            if scale is None:
-                return None
-            self._pointers[key] = core.to_pointer(scale.spec_replicas_path)
-        return self._pointers[key]
+        kind = targets.kind_of(ref)
+        scale_path = None
+        if kind.needs_scale_subresource(ref):
+            group = core.api_group(ref.api_version)
+            key = (group, plural)
+            if key not in self._scale_paths:
+                scale = await self._call(
+                    f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
+                )
+                if scale is None:
+                    return ""
+                self._scale_paths[key] = scale.spec_replicas_path
+            scale_path = self._scale_paths[key]
+        return kind.replicas_pointer(ref, scale_path)
 
     # --- the decision ------------------------------------------------------------------------
 
@@ -328,84 +238,50 @@ class Actuator:
             )
 
     async def _handle(self, decision: ScaleDecision) -> Actuation:
-        early = core.precheck(decision, self.rules)
-        if early is not None:
-            return await self._refused(decision, None, None, early, notify=False)
-        policy = await self._policy(decision)
-        if isinstance(policy, PolicyError):
-            refusal = core.Refusal("invalid_policy", f"ScalingPolicy {decision.policy}: {policy}")
-            return await self._refused(decision, None, None, refusal, notify=False)
-        admitted = core.admit(decision, policy, self.rules)
-        if admitted is not None:
-            return await self._refused(decision, policy, None, admitted)
-        assert policy is not None
-        ref = policy.spec.target_ref
-        hpas, sos = await self._owners_of(policy.metadata.namespace)
-        owned = core.other_owners(ref, hpas, sos)
-        if owned is not None:
-            return await self._refused(decision, policy, None, owned)
-        res = await self._call(
-            f"discover {ref.kind}", lambda: self.kube.resource(ref.api_version, ref.kind)
-        )
-        pointer = None
-        if not core.is_volcano_job(ref):
-            pointer = await self._replicas_pointer(policy, res.plural)
-            if pointer is None:
-                no_scale = core.Refusal(
-                    "invalid_policy",
-                    f"{core.kind_key(ref.kind, ref.api_version)} has no scale subresource; "
-                    "set targetRef.specReplicasPath",
-                )
-                return await self._refused(decision, policy, None, no_scale)
-        ns = policy.metadata.namespace
-        digest = core.decision_digest(decision)
+        """Read what `cores.actuator.decide` asks for until it answers, then send the patch;
+        a moved fence re-reads the target and decides again."""
+        policy: ScalingPolicy | PolicyError | Unread | None = UNREAD
+        owners: Owners | Unread = UNREAD
+        target: TargetRead | Unread = UNREAD
+        located: tuple[str, str | None] | None = None  # (plural, pointer), found once
         for attempt in range(1, self.settings.fence_attempts + 1):
-            try:
-                obj = await self._call(
-                    f"get {decision.workload}",
-                    lambda: self.kube.get(ref.api_version, res.plural, ref.name, namespace=ns),
+            while isinstance(verdict := decide(decision, policy, owners, target, self.rules), Need):
+                if verdict.what == "policy":
+                    policy = await self._policy(decision)
+                elif verdict.what == "owners":
+                    assert isinstance(policy, ScalingPolicy)
+                    owners = Owners(*await self._owners_of(policy.metadata.namespace))
+                else:
+                    assert isinstance(policy, ScalingPolicy)
+                    located = located or await self._locate(policy)
+                    target = await self._read_target(decision, policy, located)
+            known = policy if isinstance(policy, ScalingPolicy) else None
+            obj = dict(target.obj) if isinstance(target, TargetRead) and target.obj else None
+            if isinstance(verdict, Refused):
+                return await self._refused(
+                    decision, known, verdict.state, verdict.refusal, notify=verdict.notify, obj=obj
                 )
-            except KubeError as e:
-                if e.not_found:
-                    missing = core.Refusal("target_not_found", f"{decision.workload} not found")
-                    return await self._refused(decision, policy, None, missing)
-                raise
-            state = core.read_target(obj, ref, pointer)
-            if isinstance(state, core.Refusal):
-                return await self._refused(decision, policy, None, state, obj=obj)
-            planned = core.plan(decision, policy, state, digest=digest)
-            if isinstance(planned, core.Refusal):
-                return await self._refused(decision, policy, state, planned, obj=obj)
-            ops = planned.patch
+            assert known is not None and located is not None
             try:
-                result = await self._call(
-                    f"patch {decision.workload}",
-                    lambda: self.kube.json_patch(
-                        ref.api_version,
-                        res.plural,
-                        ref.name,
-                        ops,  # noqa: B023 - awaited before the loop moves on
-                        namespace=ns,
-                        dry_run=self.settings.dry_run,
-                        field_manager=self.settings.field_manager,
-                    ),
-                )
+                result = await self._patch(decision, known, located[0], verdict.plan.patch)
             except KubeError as e:
-                if _fence_lost(e) and attempt < self.settings.fence_attempts:
+                what = actuator_core.patch_error(
+                    e.status, bool(e.details.get("causes")), attempt, self.settings.fence_attempts
+                )
+                if what == "reread":
                     log.info(
                         "fence moved under %s (attempt %d): re-reading",
                         decision.workload,
                         attempt,
                         extra={"workload": decision.workload, "decision_id": decision.decision_id},
                     )
+                    target = UNREAD
                     continue
-                if _fence_lost(e):
-                    raise
-                if e.status in (400, 403, 422):  # the API server or RBAC said no: not retryable
+                if what == "rejected":
                     return await self._finish(
                         decision,
-                        policy,
-                        state,
+                        known,
+                        verdict.state,
                         "failed",
                         f"rejected: {e}",
                         obj,
@@ -414,17 +290,58 @@ class Actuator:
                     )
                 raise
             DECISION_TO_PATCH.observe(max(0.0, time.time() - decision.decided_at))
-            if self.settings.dry_run:
-                outcome: ActuationOutcome = "dry_run"
-            else:
-                outcome = "applied" if planned.changes_replicas else "noop"
+            outcome = actuator_core.outcome_of(verdict, self.settings.dry_run)
             text = core.reason_text(decision.reasons)
             if outcome == "noop":
                 text = f"replicas already {decision.to_replicas}; {text}"
             return await self._finish(
-                decision, policy, state, outcome, text, obj, result, plan=planned
+                decision, known, verdict.state, outcome, text, obj, result, plan=verdict.plan
             )
         raise KubeError(409, "Conflict", f"fence kept moving under {decision.workload}") from None
+
+    async def _locate(self, policy: ScalingPolicy) -> tuple[str, str | None]:
+        """The target kind's plural (discovery) and where its replicas live ("" when a CRD has
+        no scale subresource; None when the object says: a Volcano Job)."""
+        ref = policy.spec.target_ref
+        res = await self._call(
+            f"discover {ref.kind}", lambda: self.kube.resource(ref.api_version, ref.kind)
+        )
+        return res.plural, await self._replicas_pointer(policy, res.plural)
+
+    async def _read_target(
+        self, decision: ScaleDecision, policy: ScalingPolicy, located: tuple[str, str | None]
+    ) -> TargetRead:
+        plural, pointer = located
+        if pointer == "":
+            return TargetRead(scalable=False)
+        ref, ns = policy.spec.target_ref, policy.metadata.namespace
+        try:
+            obj = await self._call(
+                f"get {decision.workload}",
+                lambda: self.kube.get(ref.api_version, plural, ref.name, namespace=ns),
+            )
+        except KubeError as e:
+            if e.not_found:
+                return TargetRead(pointer=pointer, obj=None)
+            raise
+        return TargetRead(pointer=pointer, obj=obj)
+
+    async def _patch(
+        self, decision: ScaleDecision, policy: ScalingPolicy, plural: str, ops: list[Any]
+    ) -> dict[str, Any]:
+        ref = policy.spec.target_ref
+        return await self._call(
+            f"patch {decision.workload}",
+            lambda: self.kube.json_patch(
+                ref.api_version,
+                plural,
+                ref.name,
+                ops,
+                namespace=policy.metadata.namespace,
+                dry_run=self.settings.dry_run,
+                field_manager=self.settings.field_manager,
+            ),
+        )
 
     # --- outputs -----------------------------------------------------------------------------
 
@@ -616,7 +533,11 @@ class Actuator:
         result: dict[str, Any] | None,
         from_replicas: int | None,
     ) -> None:
-        body = self._event_body(policy, decision, outcome, reason, obj, result, from_replicas)
+        meta = (result or obj or {}).get("metadata") or {}
+        body = actuator_core.event(
+            policy, decision, outcome, reason, meta, from_replicas,
+            instance=self._instance, now=_now_iso(),
+        )  # fmt: skip
         try:
             self._events.put_nowait(
                 (policy.metadata.namespace, body, decision.workload, decision.decision_id)
@@ -661,70 +582,7 @@ class Actuator:
             finally:
                 self._writing -= 1
 
-    def _event_body(
-        self,
-        policy: ScalingPolicy,
-        decision: ScaleDecision,
-        outcome: ActuationOutcome,
-        reason: str,
-        obj: dict[str, Any] | None,
-        result: dict[str, Any] | None,
-        from_replicas: int | None,
-    ) -> dict[str, Any]:
-        ref = policy.spec.target_ref
-        ns = policy.metadata.namespace
-        meta = (result or obj or {}).get("metadata") or {}
-        involved: dict[str, Any] = {
-            "apiVersion": ref.api_version,
-            "kind": ref.kind,
-            "name": ref.name,
-            "namespace": ns,
-        }
-        if meta.get("uid"):
-            involved["uid"] = meta["uid"]
-        if outcome == "applied":
-            event_reason, kind = "GovernorScaled", "Normal"
-            message = (
-                f"scaled {from_replicas}->{decision.to_replicas} "
-                f"(seq {decision.seq}, {decision.decision_id}): {reason}"
-            )
-        elif outcome == "noop":
-            event_reason, kind = "GovernorUnchanged", "Normal"
-            message = f"seq {decision.seq} ({decision.decision_id}): {reason}"
-        elif outcome == "refused":
-            event_reason, kind = "GovernorRefused", "Warning"
-            message = f"refused seq {decision.seq} ({decision.decision_id}): {reason}"
-        else:
-            event_reason, kind = "GovernorFailed", "Warning"
-            message = f"seq {decision.seq} ({decision.decision_id}) failed: {reason}"
-        now = _now_iso()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{ref.name}.", "namespace": ns},
-            "involvedObject": involved,
-            "reason": event_reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": "governor-actuator"},
-            "reportingComponent": "governor.dev/actuator",
-            "reportingInstance": self._instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        return body
-
 
 def _fence_lost(e: KubeError) -> bool:
-    """A failed JSON patch `test` (the fence moved: another writer was first) or a write conflict.
-
-    The API server answers a failed `test` op with a bare 422: reason Invalid, the message "the
-    server rejected our request due to an error in our request" and NO details -- unlike a
-    validation error (a bad value, a CEL rule of the target's CRD), whose details list the causes
-    by field. So a 422 without causes means the patch could not be applied to the object as it
-    is now: re-read it and plan again (which refuses a decision the other writer made stale).
-    """
-    if e.status == 409:
-        return True
-    return e.status == 422 and not e.details.get("causes")
+    """`cores.actuator.fence_lost` of an API error (the fence tests ask the real API server)."""
+    return actuator_core.fence_lost(e.status, bool(e.details.get("causes")))

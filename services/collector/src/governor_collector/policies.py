@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from tenacity import RetryError
 
+from governor import retry
 from governor.bus import codec_for
 from governor.events import POLICIES, PolicyRecord, Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
@@ -75,44 +78,51 @@ class PolicyTable:
 
     async def start(self) -> None:
         """Connect and assign every partition from the beginning (retries until the timeout)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.start_timeout_s
-        delay = 0.2
-        while True:
-            c = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                **aiokafka_options(self.security),
-                client_id=self.client_id,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                isolation_level="read_committed",
-            )
-            try:
-                await c.start()
-                parts = c.partitions_for_topic(self.topic.name)
-                if not parts:
-                    await c._client._wait_on_metadata(self.topic.name)
-                    parts = c.partitions_for_topic(self.topic.name)
-                if not parts:
-                    raise KafkaError(f"topic {self.topic.name} has no partitions")
-                tps = [TopicPartition(self.topic.name, p) for p in sorted(parts)]
-                c.assign(tps)
-                await c.seek_to_beginning(*tps)
-                self._end = await c.end_offsets(tps)
-                break
-            except (KafkaError, OSError) as e:
-                with contextlib.suppress(Exception):
-                    await c.stop()
-                if loop.time() + delay > deadline:
-                    raise ConnectionError(
-                        f"policies: cannot read {self.topic.name} from {self.bootstrap}: {e}"
-                    ) from e
-                log.warning("policies: %s; retrying in %.1fs", e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            c: AIOKafkaConsumer = await retry.retrying(
+                on=(KafkaError, OSError),
+                first_s=0.2,
+                max_s=5.0,
+                deadline=time.monotonic() + self.start_timeout_s,
+                log=log,
+                what=f"policies: reading {self.topic.name}",
+            )(self._open)
+        except RetryError as e:
+            err = e.last_attempt.exception()
+            raise ConnectionError(
+                f"policies: cannot read {self.topic.name} from {self.bootstrap}: {err}"
+            ) from err
         self._consumer = c
         self._task = asyncio.create_task(self._run(), name="policies table")
+
+    async def _open(self) -> AIOKafkaConsumer:
+        """One attempt: a started consumer assigned every partition, at the beginning."""
+        c = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            **aiokafka_options(self.security),
+            client_id=self.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        try:
+            await c.start()
+            parts = c.partitions_for_topic(self.topic.name)
+            if not parts:
+                await c._client._wait_on_metadata(self.topic.name)
+                parts = c.partitions_for_topic(self.topic.name)
+            if not parts:
+                raise KafkaError(f"topic {self.topic.name} has no partitions")
+            tps = [TopicPartition(self.topic.name, p) for p in sorted(parts)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            self._end = await c.end_offsets(tps)
+        except (KafkaError, OSError):
+            with contextlib.suppress(Exception):
+                await c.stop()
+            raise
+        return c
 
     async def wait_loaded(self) -> None:
         await self._ready.wait()

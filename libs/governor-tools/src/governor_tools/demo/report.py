@@ -72,23 +72,35 @@ def live_summary(rows: list[Sample]) -> LiveSummary:
 
 
 def write(demo: Demo, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """report.png (the live run next to the reference HPA simulated on the same load) and
+    report.html (the summaries, the pipeline latency, the load's provenance, the image)."""
     by_wl: dict[str, list[Sample]] = defaultdict(list)
     for sample in demo.timeline:
         by_wl[sample.workload].append(sample)
     config = sim_config()
-    c = sc.CAPACITY_PER_REPLICA
     sims: dict[str, dict[str, Run]] = {}
     for s in sc.SERVICES:
         trace = demo.segments[s.name].as_trace(f"{s.name}")
         spec = sim_policy(s)
         runs = run_all(trace, config, {GOVERNOR_SIM: spec}, with_hpa=True)
         sims[s.name] = {r.name: r for r in runs}
+    png, live_rows = _plot(demo, by_wl, sims, out)
+    return [png, _page(demo, live_rows, png, out)]
 
+
+def _plot(
+    demo: Demo,
+    by_wl: dict[str, list[Sample]],
+    sims: dict[str, dict[str, Run]],
+    out: Path,
+) -> tuple[Path, list[tuple[str, str, LiveSummary | Summary]]]:
+    """One panel per service (load, live and HPA capacity, replicas) and one for the job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = sc.CAPACITY_PER_REPLICA
     n = len(sc.SERVICES) + 1
     fig, axes = plt.subplots(n, 1, figsize=(12, 3.4 * n), sharex=True, squeeze=False)
     live_rows: list[tuple[str, str, LiveSummary | Summary]] = []
@@ -141,7 +153,13 @@ def write(demo: Demo, out: Path) -> list[Path]:
     png = out / "report.png"
     fig.savefig(png, dpi=100)
     plt.close(fig)
+    return png, live_rows
 
+
+def _page(
+    demo: Demo, live_rows: list[tuple[str, str, LiveSummary | Summary]], png: Path, out: Path
+) -> Path:
+    c = sc.CAPACITY_PER_REPLICA
     head = "".join(
         f"<th>{h}</th>"
         for h in ("workload", "run", "violation trace-s", "unserved", "replica-hours", "peak")
@@ -180,4 +198,4 @@ def write(demo: Demo, out: Path) -> list[Path]:
         "</body></html>",
         encoding="utf-8",
     )
-    return [png, page]
+    return page

@@ -40,91 +40,66 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 import yaml
 
 from governor import windows as win
-from governor.decider import DeciderCore
-from governor.events import Device, NodeState, ScaleDecision, WindowKind, WorkloadState
+from governor.decider import DeciderCore, Outputs
+from governor.events import NodeState, ScaleDecision, WindowKind, WorkloadState
 from governor.policy import devices as dev
 from governor.policy import elastic as el
 from governor.policy.allocate import Allocation, Demand, allocate
 from governor.policy.quotas import Constraints, constraints
-from governor.spec import ScalingPolicy, policy_from_obj
 from governor_tools.sim.scenario_limits import (
     Member,
-    QueueSpec,
-    QuotaSpec,
     check_names,
     queue_states,
     quota_states,
     refused_by_quota,
 )
+from governor_tools.sim.scenario_spec import (
+    METRIC,
+    NAMESPACE,
+    FailureSpec,
+    NodeSpec,
+    ScenarioError,
+    ScenarioSpec,
+    WorkloadSpec,
+    apply_failure,
+    build_nodes,
+    load_at,
+    node_names,
+    policy,
+)
 
-METRIC = "load"
-NAMESPACE = "sim"
+__all__ = [
+    "METRIC",
+    "NAMESPACE",
+    "FailureSpec",
+    "NodeSpec",
+    "Row",
+    "RunName",
+    "RunResult",
+    "ScenarioError",
+    "ScenarioResult",
+    "ScenarioSpec",
+    "Workload",
+    "WorkloadSpec",
+    "WorkloadSummary",
+    "apply_failure",
+    "build_nodes",
+    "check",
+    "load_at",
+    "load_scenario",
+    "node_names",
+    "policy",
+    "run_scenario",
+    "simulate",
+]
 
 RunName = Literal["rebalance", "no-rebalance", "alone"]
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot run as written; the message names the field."""
-
-
-class _Cfg(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
-    pass
-
-
-class NodeSpec(_Cfg):
-    name: str
-    count: int = 1  # expands to name-0, name-1, ... when > 1
-    allocatable: dict[str, float] = msgspec.field(
-        default_factory=lambda: {"cpu": 64.0, "memory": 512e9}
-    )
-    gpus: int = 0
-    nics: int = 0
-    nic_vfs: int = 8  # SR-IOV virtual functions per NIC (replicas that can share it)
-    pcie_switches: int = 1
-    numa_nodes: int = 1
-
-
-class WorkloadSpec(_Cfg):
-    name: str
-    kind: Literal["service", "training"]
-    policy: dict[str, Any]  # a ScalingPolicy spec (camelCase); its one metric is named "load"
-    trace: list[tuple[float, float]]  # (seconds from start, load) held until the next point
-    requests: dict[str, float] = msgspec.field(default_factory=dict)
-    joint_allocate: dict[str, Any] | None = None
-    capacity_per_replica: float = 1.0  # services: load one ready replica serves
-    startup_seconds: float | None = None
-    restart_seconds: float | None = None  # training: lost per restart (default: policy δ)
-    started_ago_seconds: float = 3600.0  # training: the job's age at the start
-    namespace: str = ""  # default: "sim"
-    queue: str | None = None  # the Volcano queue it runs in (scenario `queues`)
-    limits: dict[str, float] = msgspec.field(default_factory=dict)  # per replica, for limits.*
-
-
-class FailureSpec(_Cfg):
-    at: float
-    node: str
-    kind: Literal["node_down", "node_up", "gpu_unhealthy", "nic_unhealthy", "device_healthy"]
-    minor: int | None = None
-
-
-class ScenarioSpec(_Cfg):
-    nodes: list[NodeSpec]
-    workloads: list[WorkloadSpec]
-    duration_seconds: float
-    name: str = "scenario"
-    pool: str = "default"
-    tick_seconds: float = 5.0
-    startup_seconds: float = 30.0
-    failures: list[FailureSpec] = msgspec.field(default_factory=list)
-    start: float = 1_800_000_000.0  # epoch seconds of t = 0
-    quotas: list[QuotaSpec] = msgspec.field(default_factory=list)  # namespace ResourceQuotas
-    queues: list[QueueSpec] = msgspec.field(default_factory=list)  # Volcano Queues
 
 
 def load_scenario(path: Path) -> ScenarioSpec:
@@ -157,87 +132,6 @@ def check(spec: ScenarioSpec) -> None:
         raise ScenarioError("; ".join(problems))
     if spec.tick_seconds < 1 or spec.duration_seconds <= 0:
         raise ScenarioError("tickSeconds must be >= 1 and durationSeconds > 0")
-
-
-def node_names(spec: ScenarioSpec) -> list[str]:
-    return [n for ns in spec.nodes for n in _expand(ns)]
-
-
-def _expand(ns: NodeSpec) -> list[str]:
-    return [ns.name] if ns.count == 1 else [f"{ns.name}-{i}" for i in range(ns.count)]
-
-
-def policy(spec: ScenarioSpec, w: WorkloadSpec) -> ScalingPolicy:
-    body = dict(w.policy)
-    body.setdefault("targetRef", {"kind": "Deployment", "name": w.name})
-    body["pool"] = spec.pool
-    try:
-        p = policy_from_obj(
-            {
-                "apiVersion": "governor.dev/v1alpha1",
-                "kind": "ScalingPolicy",
-                "metadata": {"name": w.name, "namespace": w.namespace or NAMESPACE},
-                "spec": body,
-            }
-        )
-    except ValueError as e:
-        raise ScenarioError(f"workloads[{w.name}].policy: {e}") from None
-    if [m.name for m in p.spec.metrics] != [METRIC]:
-        raise ScenarioError(f"workloads[{w.name}].policy: give it one metric named {METRIC!r}")
-    if w.kind == "training" and p.spec.elastic is None:
-        raise ScenarioError(f"workloads[{w.name}].policy: a training job needs spec.elastic")
-    return p
-
-
-def build_nodes(spec: ScenarioSpec) -> dict[str, NodeState]:
-    out: dict[str, NodeState] = {}
-    for ns in spec.nodes:
-        switches = max(1, ns.pcie_switches)
-        numas = max(1, min(ns.numa_nodes, switches))
-        devices: list[Device] = []
-        for kind, n in (("gpu", ns.gpus), ("rdma", ns.nics)):
-            amount = 1.0 if kind == "gpu" else float(max(1, ns.nic_vfs))
-            for minor in range(n):
-                sw = minor * switches // max(n, 1)
-                devices.append(
-                    Device(
-                        type="gpu" if kind == "gpu" else "rdma",
-                        minor=minor,
-                        numa=sw * numas // switches,
-                        pcie=str(sw),
-                        free=amount,
-                        total=amount,
-                    )
-                )
-        for name in _expand(ns):
-            out[name] = NodeState(
-                node=name, pool=spec.pool, allocatable=dict(ns.allocatable), devices=devices
-            )
-    return out
-
-
-def apply_failure(node: NodeState, f: FailureSpec) -> NodeState:
-    if f.kind == "node_down":
-        return msgspec.structs.replace(node, ready=False)
-    if f.kind == "node_up":
-        return msgspec.structs.replace(node, ready=True)
-    kind = "gpu" if f.kind == "gpu_unhealthy" else "rdma" if f.kind == "nic_unhealthy" else None
-    devices = []
-    for d in node.devices:
-        hit = d.minor == f.minor and (kind is None or d.type == kind)
-        if hit or (f.minor is None and kind is not None and d.type == kind):
-            d = msgspec.structs.replace(d, healthy=f.kind == "device_healthy")
-        devices.append(d)
-    return msgspec.structs.replace(node, devices=devices)
-
-
-def load_at(trace: list[tuple[float, float]], t: float) -> float:
-    value = trace[0][1]
-    for at, v in trace:
-        if at > t:
-            break
-        value = v
-    return value
 
 
 # --- the simulated cluster --------------------------------------------------------------------
@@ -504,6 +398,54 @@ def _step_row(
     )
 
 
+def _score_seconds(
+    spec: ScenarioSpec,
+    wls: list[Workload],
+    pods: Mapping[str, _Pods],
+    summary: Mapping[str, WorkloadSummary],
+    start: float,
+    now_rel: float,
+    offered: dict[str, float],
+    served: dict[str, float],
+) -> dict[str, list[tuple[float, int, float]]]:
+    """Score each workload's seconds [start, now_rel); their load as runs of equal samples
+    (start, seconds, load) for the windows."""
+    t0 = spec.start
+    runs_by: dict[str, list[tuple[float, int, float]]] = {wl.id: [] for wl in wls}
+    for s in range(int(start), int(now_rel)):
+        t_abs = t0 + s
+        for wl in wls:
+            load = load_at(wl.w.trace, s)
+            r = runs_by[wl.id]
+            if r and r[-1][2] == load and r[-1][0] + r[-1][1] == t_abs:
+                r[-1] = (r[-1][0], r[-1][1] + 1, load)
+            else:
+                r.append((t_abs, 1, load))
+            left = spec.duration_seconds - s
+            _score_second(wl, pods[wl.id], summary[wl.id], t_abs, load, left, offered, served)
+    return runs_by
+
+
+def _apply(
+    out: Outputs,
+    pods: Mapping[str, _Pods],
+    summary: Mapping[str, WorkloadSummary],
+    now_rel: float,
+    shortfalls: list[tuple[float, str, int, int, str]],
+    short_now: dict[str, bool],
+) -> None:
+    """One pool's tick output: its decisions set requested replicas; its shortfalls noted."""
+    ds: list[ScaleDecision] = list(out.decisions)
+    if out.decision is not None:
+        ds.append(out.decision)
+    for d in ds:
+        pods[d.workload].requested = d.to_replicas
+        summary[d.workload].decisions += 1
+    for sf in out.shortfalls:
+        shortfalls.append((now_rel, sf.workload, sf.wanted, sf.granted, sf.reason))
+        short_now[sf.workload] = sf.granted < sf.wanted
+
+
 def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
     wls = [
         Workload(spec, w) for w in spec.workloads if not (run == "alone" and w.kind == "training")
@@ -543,18 +485,7 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
         now_rel = start + tick
         now = t0 + now_rel
         # Score the seconds [start, now) and gather their samples.
-        runs_by: dict[str, list[tuple[float, int, float]]] = {wl.id: [] for wl in wls}
-        for s in range(int(start), int(now_rel)):
-            t_abs = t0 + s
-            for wl in wls:
-                load = load_at(wl.w.trace, s)
-                r = runs_by[wl.id]
-                if r and r[-1][2] == load and r[-1][0] + r[-1][1] == t_abs:
-                    r[-1] = (r[-1][0], r[-1][1] + 1, load)
-                else:
-                    r.append((t_abs, 1, load))
-                left = spec.duration_seconds - s
-                _score_second(wl, pods[wl.id], summary[wl.id], t_abs, load, left, offered, served)
+        runs_by = _score_seconds(spec, wls, pods, summary, start, now_rel, offered, served)
         # Failures due by now change the cluster table.
         while failures and failures[0].at < now_rel:
             f = failures.pop(0)
@@ -567,15 +498,7 @@ def simulate(spec: ScenarioSpec, run: RunName) -> RunResult:
                 core.on_window(win.to_load_window(acc, wl.id, METRIC, kind, closed=True))
             core.on_workload(_workload_state(wl, pods[wl.id], spec.pool, now, t0))
         for _, out in core.tick(now):
-            ds: list[ScaleDecision] = list(out.decisions)
-            if out.decision is not None:
-                ds.append(out.decision)
-            for d in ds:
-                pods[d.workload].requested = d.to_replicas
-                summary[d.workload].decisions += 1
-            for sf in out.shortfalls:
-                shortfalls.append((now_rel, sf.workload, sf.wanted, sf.granted, sf.reason))
-                short_now[sf.workload] = sf.granted < sf.wanted
+            _apply(out, pods, summary, now_rel, shortfalls, short_now)
         # The scheduler: shrinks first, then bind by priority.
         for wl in wls:
             p = pods[wl.id]

@@ -121,13 +121,7 @@ from governor.inventory.summary import (
     summarize_node,
     summarize_pool,
 )
-from governor.inventory.targets import (
-    TargetView,
-    managed_matcher,
-    target_kind,
-    target_view,
-    workload_state,
-)
+from governor.inventory.targets import managed_matcher, workload_state
 
 __all__ = [
     "DEFAULT_POOL",
@@ -175,7 +169,6 @@ __all__ = [
     "PriorityClass",
     "Quantity",
     "ResourceRequirements",
-    "TargetView",
     "VFGroup",
     "VirtualFunction",
     "container_requests",
@@ -203,8 +196,6 @@ __all__ = [
     "selector_string",
     "summarize_node",
     "summarize_pool",
-    "target_kind",
-    "target_view",
     "workload_state",
     "worth_publishing",
 ]

@@ -16,6 +16,9 @@ class _K(msgspec.Struct, rename="camel", omit_defaults=True):
     """Base of the partial Kubernetes models: camelCase, unknown fields ignored."""
 
 
+K8sObject = _K  # its public name, for the models outside this package (governor.targets)
+
+
 class OwnerReference(_K):
     api_version: str = ""
     kind: str = ""

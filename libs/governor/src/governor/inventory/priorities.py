@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -12,8 +12,10 @@ from governor.events import (
 )
 from governor.inventory.names import PRIORITY_FROM_ANNOTATION
 from governor.inventory.objects import PriorityClass
-from governor.inventory.targets import TargetView
 from governor.spec import ScalingPolicy, policy_from_obj
+
+if TYPE_CHECKING:  # governor.targets reads objects with this package's models
+    from governor.targets import TargetView
 
 
 def policy_from_cluster(obj: Mapping[str, Any]) -> ScalingPolicy:

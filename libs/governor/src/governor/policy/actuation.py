@@ -35,6 +35,10 @@ import msgspec
 
 from governor.events import Reason, ScaleDecision
 from governor.spec import ScalingPolicy, TargetRef
+from governor.targets import escape_pointer, kind_of
+from governor.targets import to_pointer as to_pointer  # re-exported: the actuator's callers
+from governor.targets.base import dig, pointer_segments
+from governor.targets.volcano import VOLCANO_JOB
 
 # Every annotation governor writes on a target starts with it (explain lists them).
 ANNOTATION_PREFIX = "governor.dev/"
@@ -118,7 +122,7 @@ def kind_key(kind: str, api_version: str) -> str:
 
 
 def is_volcano_job(ref: TargetRef) -> bool:
-    return ref.kind == "Job" and api_group(ref.api_version) == "batch.volcano.sh"
+    return kind_of(ref) is VOLCANO_JOB
 
 
 def decision_digest(decision: ScaleDecision) -> str:
@@ -284,41 +288,9 @@ class TargetState(msgspec.Struct, frozen=True, kw_only=True):
     min_available: int | None = None
 
 
-def escape_pointer(token: str) -> str:
-    """One JSON pointer reference token (RFC 6901): `~` -> `~0`, `/` -> `~1`."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def to_pointer(path: str) -> str:
-    """A CRD's `specReplicasPath` (`.spec.a.b`) or a JSON pointer (`/spec/a/b`) -> JSON pointer."""
-    if path.startswith("/"):
-        return path
-    if not path.startswith("."):
-        raise ValueError(f"not a .dotted path or JSON pointer: {path!r}")
-    parts = path[1:].split(".")
-    if not all(parts):
-        raise ValueError(f"empty segment in {path!r}")
-    return "/" + "/".join(escape_pointer(p) for p in parts)
-
-
 def resolve_pointer(obj: Any, pointer: str) -> Any:
     """The value at `pointer` in `obj`, or None when any step is missing."""
-    node = obj
-    for raw in pointer.split("/")[1:]:
-        token = _unescape(raw)
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-        if node is None:
-            return None
-    return node
+    return dig(obj, pointer_segments(pointer))
 
 
 def _as_int(value: Any) -> int | None:
@@ -359,7 +331,7 @@ def read_target(
             name=name,
             resource_version=rv,
             annotations=annotations,
-            replicas_pointer=f"/spec/tasks/{index}/replicas",
+            replicas_pointer=VOLCANO_JOB.task_pointer(index),
             replicas=tasks[index].replicas,
             task_index=index,
             tasks=tasks,

@@ -40,8 +40,9 @@ from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClas
 from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
 from governor.quotas import PodGroup, Queue, ResourceQuota
+from governor.reflector import Reflector
+from governor.retry import retrying
 from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
-from governor_collector.cluster.watch import Reflector
 
 log = logging.getLogger("governor.collector.cluster")
 
@@ -144,19 +145,21 @@ class ClusterCollector:
         """Find the kind's plural by discovery (retrying while it is not served), then watch it."""
         api_version, kind = gvk
         assert self._kube is not None
-        delay = 1.0
-        while True:
-            try:
-                res = await self._kube.resource(api_version, kind)
-                break
-            except KubeError as e:
-                if e.status == 404:
-                    self.model.set_target_status(gvk, "missing")
-                    self._changed()
-                else:
-                    log.warning("discovery of %s %s failed: %s", api_version, kind, e)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        async for attempt in retrying(
+            on=KubeError,
+            first_s=1.0,
+            max_s=30.0,
+            log=log,
+            what=f"discovery of {kind}.{api_version}",
+        ):
+            with attempt:
+                try:
+                    res = await self._kube.resource(api_version, kind)
+                except KubeError as e:
+                    if e.status == 404:  # not served (yet): say so while waiting for it
+                        self.model.set_target_status(gvk, "missing")
+                        self._changed()
+                    raise
         root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
         def on_change(key: str, old: Any, new: Any) -> None:
@@ -188,32 +191,39 @@ class ClusterCollector:
         """Topics, producer and the last published values, retried while Kafka is away (the
         watches cannot be diffed against anything before the tables are read)."""
         s = self.settings
-        delay = 1.0
-        while True:
-            try:
-                # on a secure broker the topics are admin's (governor.kafka_provision)
-                if s.ensure_topics and s.kafka_security.protocol == "PLAINTEXT":
-                    from governor.topics import ensure_topics
+        async for attempt in retrying(
+            on=(KafkaError, OSError, TimeoutError),  # BusUnavailable is an OSError
+            first_s=1.0,
+            max_s=30.0,
+            log=log,
+            what=f"Kafka at {s.bootstrap}",
+        ):
+            with attempt:
+                try:
+                    await self._start_kafka_once()
+                except (KafkaError, OSError, TimeoutError):
+                    if self.producer is not None:
+                        with contextlib.suppress(Exception):
+                            await self.producer.stop()
+                        self.producer = None
+                    raise
 
-                    for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
-                        log.info("topics: %s", line)
-                if self.producer is None:
-                    self.producer = bus.Producer(
-                        s.bootstrap,
-                        client_id="governor-cluster-collector",
-                        security=s.kafka_security,
-                    )
-                await self.producer.start()
-                await self._load_published()
-                return
-            except (KafkaError, OSError, TimeoutError) as e:  # BusUnavailable is an OSError
-                log.warning("Kafka at %s not usable (%s); retrying in %.0fs", s.bootstrap, e, delay)
-                if self.producer is not None:
-                    with contextlib.suppress(Exception):
-                        await self.producer.stop()
-                    self.producer = None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+    async def _start_kafka_once(self) -> None:
+        s = self.settings
+        # on a secure broker the topics are admin's (governor.kafka_provision)
+        if s.ensure_topics and s.kafka_security.protocol == "PLAINTEXT":
+            from governor.topics import ensure_topics
+
+            for line in await ensure_topics(s.bootstrap, list(self.topics.values())):
+                log.info("topics: %s", line)
+        if self.producer is None:
+            self.producer = bus.Producer(
+                s.bootstrap,
+                client_id="governor-cluster-collector",
+                security=s.kafka_security,
+            )
+        await self.producer.start()
+        await self._load_published()
 
     async def run(self) -> None:
         """Run until cancelled."""

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import msgspec
 from prometheus_client import Counter
 
+from governor import targets
 from governor.events import Event
 from governor.inventory import (
     POOL_LABEL,
@@ -40,13 +41,11 @@ from governor.inventory import (
     Node,
     Pod,
     PriorityClass,
-    TargetView,
     managed_matcher,
     node_state,
     policy_from_cluster,
     policy_record,
     selector_string,
-    target_view,
     workload_state,
     worth_publishing,
 )
@@ -60,6 +59,8 @@ from governor.quotas import (
     quota_state,
 )
 from governor.spec import PolicyError, ScalingPolicy
+from governor.targets import TargetView, target_view
+from governor.targets.volcano import VOLCANO_JOB
 
 log = logging.getLogger("governor.collector.cluster")
 
@@ -328,6 +329,15 @@ class ClusterModel:
         if full:
             self._policy_selector.clear()
             self.covered.clear()
+        changes = self._policies_and_workloads(full, namespaces, now)
+        changes += self._nodes(now)
+        self.dirty_nodes.clear()
+        self.all_dirty = False
+        return changes
+
+    def _policies_and_workloads(self, full: bool, namespaces: set[str], now: float) -> list[Change]:
+        """The policies' records and their targets' WorkloadStates: every policy when `full`,
+        else those of the namespaces whose pods changed."""
         changes: list[Change] = []
         policy_out: dict[str, Event] = {}
         workload_out: dict[str, Event] = {}
@@ -398,6 +408,12 @@ class ClusterModel:
                 full=False,
                 considered=considered_workloads,
             )
+        return changes
+
+    def _nodes(self, now: float) -> list[Change]:
+        """The nodes' states (all when the managed selectors changed, else the dirty ones) and
+        the quotas' and queues' limits."""
+        changes: list[Change] = []
         selectors = {(ns, selector_string(sel)): sel for ns, sel in self._policy_selector.values()}
 
         sel_key = frozenset(selectors)
@@ -429,14 +445,12 @@ class ClusterModel:
             node_out[name] = nstate
         changes += self._diff("cluster", node_out, set(), full=False, considered=set(names))
         changes += self._limits(managed, now)
-        self.dirty_nodes.clear()
-        self.all_dirty = False
         return changes
 
     def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
         ref = p.spec.target_ref
         queue = None
-        if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/"):
+        if targets.kind_of(ref) is VOLCANO_JOB:
             obj = self.targets.get((ref.api_version, ref.kind), {}).get(
                 f"{p.metadata.namespace}/{ref.name}"
             )

@@ -27,12 +27,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
+import aiohttp
 import msgspec
 
 from governor.events import MetricSample
 from governor.spec import MetricSource, TargetRef
 
 C = TypeVar("C", bound=msgspec.Struct)
+
+HTTP_SESSION = "http"  # SourceContext.shared names of the clients every source shares
+KUBE_CLIENT = "kube"
 
 
 class Publisher(Protocol):
@@ -61,6 +65,19 @@ class SourceTarget:
     namespace: str
     target_ref: TargetRef
     policy: str = ""  # namespace/name of the ScalingPolicy
+
+
+async def open_kube(kubeconfig: str | None) -> Any:
+    """A kubernetes_asyncio ApiClient from `kubeconfig`, else the in-cluster configuration."""
+    from kubernetes_asyncio import client, config
+
+    if kubeconfig:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration=cfg)
 
 
 R = TypeVar("R")
@@ -95,6 +112,33 @@ class SourceContext:
                 if close is not None:
                     self._closers.append(lambda: close(value))
         return self.resources[name]  # type: ignore[no-any-return]
+
+    async def http(self) -> aiohttp.ClientSession:
+        """The process's one HTTP session (Prometheus, the Metrics API, RabbitMQ, ...)."""
+
+        async def create() -> aiohttp.ClientSession:
+            return aiohttp.ClientSession(headers={"User-Agent": "governor-collector"})
+
+        async def close(session: aiohttp.ClientSession) -> None:
+            await session.close()
+
+        return await self.shared(HTTP_SESSION, create, close)
+
+    async def kube(self) -> Any:
+        """The process's one Kubernetes API client (kubernetes_asyncio `ApiClient`), from the
+        `kubeconfig` option, else the in-cluster configuration; `SourceError("kube")` when
+        neither is there."""
+
+        async def create() -> Any:
+            try:
+                return await open_kube(self.options.get("kubeconfig"))
+            except Exception as e:
+                raise SourceError("kube", f"no Kubernetes client configuration: {e}") from None
+
+        async def close(api: Any) -> None:
+            await api.close()
+
+        return await self.shared(KUBE_CLIENT, create, close)
 
     async def close(self) -> None:
         for closer in reversed(self._closers):

@@ -18,10 +18,7 @@ from governor.events import MetricSample
 from governor.spec import KubernetesWorkloadSource as WorkloadSpec
 from governor_collector.sources.base import PullSource, SourceError, register
 from governor_collector.sources.resource import (
-    KUBE_CLIENT,
     REQUEST_TIMEOUT_S,
-    _close_kube,
-    _open_kube,
 )
 
 TERMINATED = ("Succeeded", "Failed")
@@ -38,15 +35,7 @@ class KubernetesWorkloadSource(PullSource[WorkloadSpec]):
     config_type = WorkloadSpec
 
     async def _api(self) -> Any:
-        kubeconfig = self.ctx.options.get("kubeconfig")
-
-        async def create() -> Any:
-            try:
-                return await _open_kube(kubeconfig)
-            except Exception as e:
-                raise SourceError("kube", f"no Kubernetes client configuration: {e}") from None
-
-        return await self.ctx.shared(KUBE_CLIENT, create, _close_kube)
+        return await self.ctx.kube()
 
     async def collect(self, now: float) -> list[MetricSample]:
         from kubernetes_asyncio import client

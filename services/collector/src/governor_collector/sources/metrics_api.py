@@ -26,7 +26,6 @@ from governor.events import MetricSample
 from governor.inventory import parse_quantity
 from governor.spec import MetricsApiSource as MetricsApiSpec
 from governor_collector.sources.base import PullSource, SourceError, register
-from governor_collector.sources.prometheus import HTTP_SESSION, _close_session, _new_session
 
 
 def value_at(body: Any, location: str) -> float:
@@ -79,7 +78,7 @@ class MetricsApiSource(PullSource[MetricsApiSpec]):
     config_type = MetricsApiSpec
 
     async def collect(self, now: float) -> list[MetricSample]:
-        session = await self.ctx.shared(HTTP_SESSION, _new_session, _close_session)
+        session = await self.ctx.http()
         headers, params = request_auth(self.config)
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
         url = self.config.url

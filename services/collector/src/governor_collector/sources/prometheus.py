@@ -27,8 +27,6 @@ from governor.events import MetricSample
 from governor.spec import PrometheusSource as PrometheusSpec
 from governor_collector.sources.base import PullSource, SourceError, register
 
-HTTP_SESSION = "http"
-
 
 class QueryData(msgspec.Struct):
     resultType: Literal["vector", "scalar", "matrix", "string"]  # Prometheus' name
@@ -99,14 +97,6 @@ def value_of(resp: QueryResponse) -> tuple[float, float]:
     return ts, value
 
 
-async def _new_session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(headers={"User-Agent": "governor-collector"})
-
-
-async def _close_session(session: aiohttp.ClientSession) -> None:
-    await session.close()
-
-
 @register
 class PrometheusSource(PullSource[PrometheusSpec]):
     name = "prometheus"
@@ -116,7 +106,7 @@ class PrometheusSource(PullSource[PrometheusSpec]):
         return self.config.server_address.rstrip("/") + "/api/v1/query"
 
     async def collect(self, now: float) -> list[MetricSample]:
-        session = await self.ctx.shared(HTTP_SESSION, _new_session, _close_session)
+        session = await self.ctx.http()
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
         params = {"query": self.config.query, "time": f"{now:.3f}"}
         try:

@@ -30,7 +30,6 @@ from governor.events import MetricSample
 from governor.spec import RabbitMQSource as RabbitMQSpec
 from governor.spec import rabbitmq_management_url
 from governor_collector.sources.base import PullSource, SourceError, register
-from governor_collector.sources.prometheus import HTTP_SESSION, _close_session, _new_session
 
 
 class Rate(msgspec.Struct):
@@ -105,7 +104,7 @@ class RabbitMQSource(PullSource[RabbitMQSpec]):
     config_type = RabbitMQSpec
 
     async def _get(self, ep: Endpoint, path: str) -> bytes:
-        session = await self.ctx.shared(HTTP_SESSION, _new_session, _close_session)
+        session = await self.ctx.http()
         headers = (
             {"Authorization": aiohttp.encode_basic_auth(ep.user, ep.password or "")}
             if ep.user

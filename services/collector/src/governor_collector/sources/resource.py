@@ -30,7 +30,6 @@ from governor.inventory import parse_quantity
 from governor.spec import ResourceSource as ResourceSpec
 from governor_collector.sources.base import PullSource, SourceError, register
 
-KUBE_CLIENT = "kube"
 REQUEST_TIMEOUT_S = 10.0
 
 # --- pure conversion ----------------------------------------------------------------------------
@@ -94,37 +93,13 @@ UNITS = {"cpu": "cores", "memory": "bytes"}
 # --- I/O ------------------------------------------------------------------------------------------
 
 
-async def _open_kube(kubeconfig: str | None) -> Any:
-    from kubernetes_asyncio import client, config
-
-    if kubeconfig:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=cfg)
-
-
-async def _close_kube(api: Any) -> None:
-    await api.close()
-
-
 @register
 class ResourceSource(PullSource[ResourceSpec]):
     name = "resource"
     config_type = ResourceSpec
 
     async def _api(self) -> Any:
-        kubeconfig = self.ctx.options.get("kubeconfig")
-
-        async def create() -> Any:
-            try:
-                return await _open_kube(kubeconfig)
-            except Exception as e:
-                raise SourceError("kube", f"no Kubernetes client configuration: {e}") from None
-
-        return await self.ctx.shared(KUBE_CLIENT, create, _close_kube)
+        return await self.ctx.kube()
 
     async def _selector(self, api: Any) -> str:
         if self.config.selector:

@@ -1,10 +1,12 @@
-"""List + watch one Kubernetes resource into an in-memory store (a small client-go reflector).
+"""List + watch one Kubernetes resource into an in-memory store (a small client-go reflector):
+the cluster collector's watches and the demo's workload simulator (governor_tools.demo.kwatch).
 
 * The first `list` (paged) fills the store and gives a resourceVersion; the watch resumes from the
   last resourceVersion it saw (objects and bookmarks) after every disconnect or server timeout.
 * `410 Gone` (the version was compacted away) relists; the relist is diffed against the store, so
   the callback sees exactly the objects that were added, changed or deleted meanwhile.
-* Other failures back off exponentially (0.2 s doubling to 30 s, with jitter) and retry forever.
+* Other failures back off exponentially (0.2 s doubling to 30 s, with jitter: `governor.retry`)
+  and retry forever.
   A resource the server does not serve (404: a CRD not installed) is retried the same way, and
   `settled` is set so that start-up does not wait for it.
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -25,8 +26,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from governor.kube import KubeError
+from governor.retry import Backoff
 
-log = logging.getLogger("governor.collector.cluster.watch")
+log = logging.getLogger("governor.reflector")
 
 T = TypeVar("T")
 
@@ -102,6 +104,8 @@ class Reflector(Generic[T]):
         page_size: int = 500,
         request_timeout_s: float = 30.0,
         backoff_max_s: float = 30.0,
+        label_selector: str | None = None,
+        retry_level: int = logging.WARNING,
     ) -> None:
         self.api = api
         self.path = path
@@ -112,6 +116,8 @@ class Reflector(Generic[T]):
         self.page_size = page_size
         self.request_timeout_s = request_timeout_s
         self.backoff_max_s = backoff_max_s
+        self.label_selector = label_selector
+        self.retry_level = retry_level  # how loud a failed list or watch is logged
         self.store: dict[str, T] = {}
         self.versions: dict[str, str] = {}
         self.resource_version: str | None = None
@@ -123,6 +129,8 @@ class Reflector(Generic[T]):
     # --- HTTP ---------------------------------------------------------------------------------
 
     async def _open(self, query: list[tuple[str, str]], limits: aiohttp.ClientTimeout) -> Any:
+        if self.label_selector:
+            query = [("labelSelector", self.label_selector), *query]
         try:
             resp = await self.api.call_api(
                 self.path,
@@ -246,14 +254,15 @@ class Reflector(Generic[T]):
 
     async def run(self) -> None:
         """List, then watch forever (until cancelled)."""
-        backoff = 0.2
+        backoff = Backoff(0.2, self.backoff_max_s, jitter=0.2)
+        failures = 0
         while True:
             try:
                 if self.resource_version is None:
                     await self._list()
                 await self._watch()
                 WATCH_RESTARTS.labels(self.name, "timeout").inc()
-                backoff = 0.2
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except WatchGone as e:
@@ -267,15 +276,22 @@ class Reflector(Generic[T]):
                 OSError,
                 msgspec.DecodeError,
             ) as e:
+                failures += 1
+                wait = backoff.jittered(failures)
                 if isinstance(e, KubeError) and e.status == 404:
                     if self.served is not False:
                         log.info("watch %s: not served by the API server (404)", self.name)
                     self.served = False
                     self.settled.set()
                 else:
-                    log.warning("watch %s failed (%s), retrying in %.1fs", self.name, e, backoff)
+                    log.log(
+                        self.retry_level,
+                        "watch %s failed (%s), retrying in %.1fs",
+                        self.name,
+                        e,
+                        wait,
+                    )
                 WATCH_RESTARTS.labels(self.name, "error").inc()
                 if isinstance(e, msgspec.DecodeError):
                     self.resource_version = None  # a bad stream: start over from a list
-                await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, self.backoff_max_s)
+                await asyncio.sleep(wait)

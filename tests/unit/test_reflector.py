@@ -1,5 +1,6 @@
-"""The reflector against a small fake API server: paging, resume after a disconnect from the last
-resourceVersion (no relist), and a relist diffed against the store after 410 Gone.
+"""governor.reflector against a small fake API server: paging, resume after a disconnect from the
+last resourceVersion (no relist), a relist diffed against the store after 410 Gone; and the
+demo's dict-of-JSON watch (governor_tools.demo.kwatch) over it.
 
 The real kube-apiserver is exercised by tests/integration/test_cluster_state.py; a fake one is
 the only way to force a disconnect or a compacted resourceVersion at a chosen moment.
@@ -20,7 +21,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from governor.inventory import Node
-from governor_collector.cluster.watch import Reflector
+from governor.reflector import Reflector
 
 
 @dataclass
@@ -34,6 +35,7 @@ class FakeServer:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     generation: int = 0  # bumped to drop every open watch
     closed: bool = False
+    selectors: list[str | None] = field(default_factory=list)  # labelSelector of each request
 
     def _obj(self, name: str, cpu: str) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class FakeServer:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         q = request.query
+        self.selectors.append(q.get("labelSelector"))
         if q.get("watch") != "true":
             self.lists += 1
             names = sorted(self.objects)
@@ -188,6 +191,41 @@ async def test_not_served_settles(server: tuple[FakeServer, str]) -> None:
         await asyncio.wait_for(r.settled.wait(), 5)
         assert r.served is False
         assert not r.synced.is_set()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
+async def test_the_demo_watch_is_a_dict_of_json_over_the_reflector(
+    server: tuple[FakeServer, str],
+) -> None:
+    from governor.kube import Kube
+    from governor_tools.demo.kwatch import Watch
+
+    fake, url = server
+    await fake.put("a")
+    api = ApiClient(Configuration(host=url))
+    seen: list[tuple[str, str | None]] = []
+
+    def on_change(key: str, obj: dict[str, Any] | None) -> None:
+        seen.append((key, None if obj is None else obj["status"]["allocatable"]["cpu"]))
+
+    w = Watch(Kube(api), "v1", "nodes", label_selector="pool=gpu", on_change=on_change)
+    task = asyncio.create_task(w.run())
+    try:
+        await asyncio.wait_for(w.synced.wait(), 5)
+        assert seen == [("a", "1")] and w.objects["a"]["metadata"]["name"] == "a"
+        await fake.put("b", "2")
+        await fake.delete("a")
+        await eventually(lambda: sorted(w.objects) == ["b"], "ADDED b, DELETED a")
+        assert seen == [("a", "1"), ("b", "2"), ("a", None)]
+        fake.compacted = fake.rv + 1  # 410: the relist replaces the store; objects follows it
+        await fake.drop_watches()
+        await fake.put("c", "3")
+        await eventually(lambda: sorted(w.objects) == ["b", "c"], "relisted")
+        assert set(fake.selectors) == {"pool=gpu"}  # every list and watch asked for the pool
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,154 @@
+"""The typed, idempotent producer (see the package's docstring for the settings and why)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
+
+import msgspec
+from aiokafka import AIOKafkaProducer
+
+from governor.bus.codec import codec_for
+from governor.bus.connect import connected, default_bootstrap, start_client
+from governor.events import Topic
+from governor.kafka_security import KafkaSecurity, aiokafka_options
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+class Producer:
+    """Typed, idempotent producer. Keys come from the topic's key function."""
+
+    def __init__(
+        self,
+        bootstrap: str | None = None,
+        *,
+        client_id: str = "governor",
+        linger_ms: int = 5,
+        max_batch_size: int = 256 * 1024,
+        compression_type: str | None = None,
+        request_timeout_ms: int = 40_000,
+        start_timeout_s: float = 60.0,
+        security: KafkaSecurity | None = None,
+        **aiokafka_kwargs: Any,
+    ) -> None:
+        self.bootstrap = bootstrap or default_bootstrap()
+        # Kafka security (governor.kafka_security): None = GOVERNOR_KAFKA_* (plaintext if unset)
+        self.security = security
+        self._options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            **aiokafka_options(security),
+            "client_id": client_id,
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": linger_ms,
+            "max_batch_size": max_batch_size,
+            "compression_type": compression_type,
+            "request_timeout_ms": request_timeout_ms,
+            **aiokafka_kwargs,
+        }
+        self._start_timeout_s = start_timeout_s
+        self._producer: AIOKafkaProducer | None = None
+        self._stopped = False
+        self._last_ok = 0.0
+
+    async def start(self) -> None:
+        if self._producer is not None:
+            return
+        self._producer = await start_client(
+            lambda: AIOKafkaProducer(**self._options),
+            "producer",
+            self.bootstrap,
+            self._start_timeout_s,
+        )
+        self._stopped = False
+        self._last_ok = time.monotonic()
+
+    @property
+    def ready(self) -> bool:
+        """Started, not stopped, and connected to a broker (or acked a send in the last 30 s)."""
+        p = self._producer
+        if p is None or self._stopped:
+            return False
+        return connected(p.client) or time.monotonic() - self._last_ok < 30
+
+    def _p(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("Producer not started: await producer.start() first")
+        return self._producer
+
+    async def publish(self, topic: Topic[T], value: T) -> asyncio.Future[Any]:
+        """Queue `value` on `topic` keyed by the topic's key; returns a future for the ack
+        (RecordMetadata). Waits only when the producer's buffer is full."""
+        codec = codec_for(topic)
+        return await self._p().send(  # type: ignore[no-any-return]
+            topic.name,
+            codec.encode(value),
+            key=topic.key(value).encode(),
+            headers=codec.header_list,
+        )
+
+    async def send(self, topic: Topic[T], value: T) -> Any:
+        """Send and wait for the broker's ack (all in-sync replicas). Returns RecordMetadata."""
+        meta = await (await self.publish(topic, value))
+        self._last_ok = time.monotonic()
+        return meta
+
+    async def wait(self, acks: Iterable[Awaitable[Any] | None]) -> list[Any]:
+        """Wait for the acks of several `publish` calls at once (one round trip, not one each);
+        raises the first send error. None entries (nothing sent) are skipped. Returns the
+        RecordMetadata of the others, in order."""
+        pending = [a for a in acks if a is not None]
+        if not pending:
+            return []
+        metas = await asyncio.gather(*pending)
+        self._last_ok = time.monotonic()
+        return metas
+
+    async def tombstone(self, topic: Topic[Any], key: str) -> Any:
+        """Delete `key` from a compacted topic (a null value); waits for the ack."""
+        if not topic.compacted:
+            raise ValueError(f"{topic.name} is not compacted: a tombstone would be dead-lettered")
+        fut = await self._p().send(
+            topic.name, None, key=key.encode(), headers=codec_for(topic).header_list
+        )
+        meta = await fut
+        self._last_ok = time.monotonic()
+        return meta
+
+    async def send_raw(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+    ) -> asyncio.Future[Any]:
+        """Queue raw bytes (dead letters, tools, tests). Returns a future for the ack."""
+        return await self._p().send(  # type: ignore[no-any-return]
+            topic, value, key=key, headers=list(headers)
+        )
+
+    async def flush(self) -> None:
+        if self._producer is not None:
+            await self._producer.flush()
+            self._last_ok = time.monotonic()
+
+    async def stop(self) -> None:
+        """Flush what is queued, then close."""
+        p, self._producer = self._producer, None
+        self._stopped = True
+        if p is not None:
+            try:
+                await p.flush()
+            finally:
+                await p.stop()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
