@@ -20,6 +20,7 @@ SUMMARY_KEYS = {
     "replica_hours",
     "scale_events",
     "peak_replicas",
+    "oracle_gap_closed",
 }
 
 
@@ -63,7 +64,7 @@ def test_simulate_with_hpa_baseline_writes_the_promised_files(trace: Path, tmp_p
         assert all(b - a == 15 for a, b in itertools.pairwise(steps))
         assert all(int(r[2]) >= 1 and int(r[3]) >= 0 for r in rows[1:])
     summary = msgspec.json.decode((out / "summary.json").read_bytes())
-    assert set(summary) == {"governor", "hpa"}
+    assert set(summary) == {"governor", "hpa", "oracle"}
     for entry in summary.values():
         assert set(entry) == SUMMARY_KEYS
         assert 0 <= entry["unserved_fraction"] <= 1
@@ -82,7 +83,7 @@ def test_simulate_without_baseline_has_only_governor(trace: Path, tmp_path: Path
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert not (out / "baseline_replicas.csv").exists()
-    assert set(msgspec.json.decode((out / "summary.json").read_bytes())) == {"governor"}
+    assert set(msgspec.json.decode((out / "summary.json").read_bytes())) == {"governor", "oracle"}
 
 
 def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     summary = msgspec.json.decode((out / "summary.json").read_bytes())
-    assert list(summary) == ["governor-default", "slow-down", "hpa"]
+    assert list(summary) == ["governor-default", "slow-down", "hpa", "oracle"]
     # A longer scale-down window can only hold replicas longer.
     assert summary["slow-down"]["replica_hours"] >= summary["governor-default"]["replica_hours"]
     for name in ("governor-default", "slow-down", "hpa"):

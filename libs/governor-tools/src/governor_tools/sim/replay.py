@@ -83,6 +83,9 @@ class Summary(msgspec.Struct, frozen=True):
     replica_hours: float
     scale_events: int
     peak_replicas: int
+    # The share of the reference HPA's replica-hour gap to the oracle this run closes
+    # (oracle.gap_closed); None for HPA and the oracle themselves, or without both.
+    oracle_gap_closed: float | None = None
 
 
 class Run(msgspec.Struct, frozen=True):
@@ -206,8 +209,10 @@ def replay(
     evaluate: Evaluate,
     pipeline: Pipeline | None = None,
     step_seconds: float | None = None,
+    initial: int | None = None,
 ) -> Run:
-    """Run one policy over a trace. `step_seconds` defaults to the config's."""
+    """Run one policy over a trace. `step_seconds` defaults to the config's; `initial` (the
+    replicas serving at the start) to what the policy's target asks for the first row."""
     step = step_seconds or config.step_seconds
     pipe = pipeline or pipeline_for(policy, step)
     _load_metric(policy)
@@ -219,7 +224,9 @@ def replay(
         else None
     )
 
-    model = rm.serving(initial_replicas(policy, trace), since=trace.start)
+    model = rm.serving(
+        initial if initial is not None else initial_replicas(policy, trace), since=trace.start
+    )
     state = ScaleState()
     rows: list[StepRow] = []
     pending: list[tuple[float, int, float]] = []
