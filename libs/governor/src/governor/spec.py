@@ -351,6 +351,32 @@ class PanicSpec(_Spec):
     threshold_percent: float = 200.0
 
 
+class ForecastSpec(_Spec):
+    """Predictive headroom (policy/forecast.py): a floor from a quantile of the load's growth
+    over the next start-up + decision step. It only raises the count, never lowers it."""
+
+    enabled: bool = True
+    # Which quantile of the recent growth over the horizon the floor covers.
+    quantile: float = 0.9
+    # The horizon; None: the target's learned start-up (p90) plus one decision step.
+    horizon_seconds: float | None = None
+    # The start-up assumed until one is learned from the target's pods.
+    startup_seconds: float = 60.0
+    # Half-life of the growth history: older samples weigh half after this long.
+    half_life_seconds: float = 21600.0
+
+
+class EventReductionSpec(_Spec):
+    """Fewer scale events (policy/forecast.py): a scale-down waits until the forecast's upper
+    bound over the scale-down horizon is below the new count, and small moves merge."""
+
+    enabled: bool = True
+    # The upper bound a scale-down must clear: this quantile of growth over the horizon.
+    down_quantile: float = 0.99
+    # A scale-down removes at least this share of the replicas (smaller ones wait and merge).
+    min_step_percent: float = 10.0
+
+
 class ScaleToZeroSpec(_Spec):
     """KEDA-style: 0 -> 1 once load exceeds the activation threshold, back to 0 after cooldown."""
 
@@ -396,6 +422,9 @@ class ScalingPolicySpec(_Spec):
     elastic: ElasticSpec | None = None
     # Optional hard cap, e.g. the partition count of a Kafka-lag consumer.
     replica_cap: int | None = None
+    # governor's predictive additions; hpa_compatible() switches both off.
+    forecast: ForecastSpec | None = None
+    event_reduction: EventReductionSpec | None = None
 
     def __post_init__(self) -> None:
         _check_spec(self)
@@ -494,6 +523,20 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
             raise PolicyError("elastic.scalingEfficiency", "must be in (0, 1]")
         if e.restart_penalty_seconds < 0 or e.min_resize_interval_seconds < 0:
             raise PolicyError("elastic", "restartPenaltySeconds/minResizeIntervalSeconds >= 0")
+    if spec.forecast is not None:
+        f = spec.forecast
+        if not 0 < f.quantile < 1:
+            raise PolicyError("forecast.quantile", f"must be in (0, 1), got {f.quantile}")
+        if f.horizon_seconds is not None and f.horizon_seconds <= 0:
+            raise PolicyError("forecast.horizonSeconds", "must be > 0")
+        if f.startup_seconds < 0 or f.half_life_seconds <= 0:
+            raise PolicyError("forecast", "startupSeconds >= 0 and halfLifeSeconds > 0")
+    if spec.event_reduction is not None:
+        e = spec.event_reduction
+        if not 0 < e.down_quantile < 1:
+            raise PolicyError("eventReduction.downQuantile", "must be in (0, 1)")
+        if not 0 <= e.min_step_percent < 100:
+            raise PolicyError("eventReduction.minStepPercent", "must be in [0, 100)")
     ref = spec.target_ref
     if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh") and not ref.task:
         raise PolicyError("targetRef.task", "a Volcano Job target must name the task to scale")

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import msgspec
 
 from governor.events import MetricInput, Reason, Rule
+from governor.policy import forecast as fc
 from governor.policy.behavior import (
     ResolvedBehavior,
     limit_rate,
@@ -64,7 +65,14 @@ from governor.policy.replicas import (
 from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.policy.zero import above_activation, idle_check
-from governor.spec import MetricSpec, ResourceSource, ScaleToZeroSpec, ScalingPolicySpec
+from governor.spec import (
+    EventReductionSpec,
+    ForecastSpec,
+    MetricSpec,
+    ResourceSource,
+    ScaleToZeroSpec,
+    ScalingPolicySpec,
+)
 
 
 def _target(metric: MetricSpec) -> float:
@@ -106,6 +114,8 @@ class _Compiled:
     lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
     hi: int  # maxReplicas or the lower replicaCap, never under lo
     cap_binds: bool  # hi is the replicaCap
+    forecast: ForecastSpec | None  # when enabled
+    reduce: EventReductionSpec | None  # when enabled
 
 
 _COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
@@ -134,6 +144,12 @@ def _compile(policy: ScalingPolicySpec) -> _Compiled:
         lo=lo,
         hi=hi,
         cap_binds=cap_binds,
+        forecast=policy.forecast if policy.forecast and policy.forecast.enabled else None,
+        reduce=(
+            policy.event_reduction
+            if policy.event_reduction and policy.event_reduction.enabled
+            else None
+        ),
         up_window=f"stabilization window {behavior.up.window:.4g} s",
         down_window=f"stabilization window {behavior.down.window:.4g} s",
         metrics=tuple(
@@ -194,6 +210,12 @@ class _Evaluation(msgspec.Struct):
     active: bool = False
     newest: float = 0.0
     all_within: bool = True
+    # Forecast on: each fresh metric's load in replica units (what it asks at exactly its target).
+    loads: list[tuple[str, float]] | None = None
+    floor: int = -1  # the forecast's floor (upper bound at the forecast quantile)
+    floor_load: float = 0.0  # that bound in replica units
+    gate: int = -1  # the count a scale-down must not go under (event reduction)
+    horizon: float = 0.0
 
 
 def _no_workload(inputs: ScaleInputs) -> ScaleResult:
@@ -283,6 +305,10 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     if rule != "tolerance":
         ev.all_within = False
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
+    if ev.c.forecast is not None:
+        load = value / m.target if m.kind == "AverageValue" else ratio * current
+        if math.isfinite(load):
+            ev.loads = [(m.name, load)] if ev.loads is None else [*ev.loads, (m.name, load)]
     if desired > ev.best:
         ev.best, ev.best_rule = desired, rule
     if ev.policy.panic is not None and obs.panic is not None:
@@ -448,6 +474,91 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutco
     return out, panicked
 
 
+def _forecast(
+    ev: _Evaluation, state: ScaleState, startup: float | None, step: float
+) -> dict[str, fc.ForecastState] | None:
+    """Each fresh metric's forecaster fed (forecast.py), its floor and the scale-down gate."""
+    f = ev.c.forecast
+    assert f is not None
+    known = state.forecasts or {}
+    if not ev.loads:
+        return state.forecasts
+    if f.horizon_seconds is not None:
+        ev.horizon = f.horizon_seconds
+    else:
+        ev.horizon = (startup if startup is not None else f.startup_seconds) + step
+    steps = fc.horizon_steps(ev.horizon, step)
+    down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
+    out = dict(known)
+    for name, load in ev.loads:
+        fs = fc.observe(
+            known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
+            f.half_life_seconds,
+        )  # fmt: skip
+        out[name] = fs
+        bound = fc.upper(load, fs.up)
+        floor = fc.replicas_for(bound)
+        if floor > ev.floor:
+            ev.floor, ev.floor_load = floor, bound
+        ev.gate = max(ev.gate, fc.replicas_for(fc.upper(load, fs.down)))
+    return out
+
+
+_FRESH = fc.ForecastState()
+
+
+def _forecast_floor(ev: _Evaluation, desired: int) -> int | None:
+    """The forecast only raises the count: the floor, when above the reactive count."""
+    if ev.floor <= desired:
+        return None
+    f, r, current = ev.c.forecast, ev.c.reduce, ev.current
+    assert f is not None
+    if r is not None and desired <= current < ev.floor:
+        # Merged small moves: a raise on the forecast alone waits until it is a full step.
+        least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
+        if ev.floor - current < least:
+            detail = f"forecast asks {ev.floor}: a raise on it alone adds at least {least}"
+            ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+            return None
+    unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
+    detail = (
+        f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
+        f" = {ev.floor_load * unit:.4g} → {ev.floor}"
+    )
+    ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
+    return ev.floor
+
+
+def _event_reduction(ev: _Evaluation, desired: int) -> int | None:
+    """A scale-down waits until the forecast's upper bound over the horizon is below the new
+    count, and removes at least minStepPercent of the replicas (smaller moves merge)."""
+    r, current = ev.c.reduce, ev.current
+    assert r is not None
+    if desired >= current:
+        return None
+    allowed = max(desired, ev.gate)
+    if allowed >= current:
+        detail = (
+            f"scale-down to {desired} waits: p{r.down_quantile * 100:.4g} of load over next"
+            f" {ev.horizon:.4g} s needs {ev.gate}"
+        )
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return current
+    least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
+    if current - allowed < least:
+        detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return current
+    if allowed != desired:
+        detail = (
+            f"scale-down to {allowed}, not {desired}: p{r.down_quantile * 100:.4g} of load"
+            f" over next {ev.horizon:.4g} s needs {ev.gate}"
+        )
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return allowed
+    return None
+
+
 def _stabilization(
     ev: _Evaluation, state: ScaleState, desired: int, step_seconds: float
 ) -> tuple[int | None, list[tuple[float, int]]]:
@@ -506,7 +617,14 @@ def _damp(
         out, panicked = _panic(ev, state, desired)
         if panicked is not None:
             desired, bound = panicked, "panic"
-    # (forecast: a proactive floor slots in here, before the stabilization windows)
+    if ev.c.forecast is not None:
+        floor = _forecast_floor(ev, desired)
+        if floor is not None:
+            desired, bound = floor, "forecast"
+    if ev.c.reduce is not None:
+        held = _event_reduction(ev, desired)
+        if held is not None:
+            desired, bound = held, "event_reduction"
     stabilized, history = _stabilization(ev, state, desired, step)
     if stabilized is not None:
         desired, bound = stabilized, "stabilization"
@@ -545,6 +663,9 @@ def evaluate(
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
     failures, failing_since = _fallback(ev, state, step_seconds) if ev.failing else (0, None)
+    forecasts = state.forecasts
+    if ev.c.forecast is not None:
+        forecasts = _forecast(ev, state, wl.startup_p90_seconds, step_seconds)
     last_active, cooled_down = state.last_active, False
     if ev.c.zero is not None:
         idle = idle_check(ev.c.zero, ev.active or ev.failing is not None, last_active, now)
@@ -578,7 +699,7 @@ def evaluate(
         events = record_event(events, now, desired - current, now, ev.c.behavior.event_horizon)
     next_state = ScaleState(
         history, events, panic[0], panic[1], failures, last_active,
-        desired if actionable else current, failing_since, panic[2],
+        desired if actionable else current, failing_since, panic[2], forecasts,
     )  # fmt: skip
     result = ScaleResult(
         desired=desired, current=current, bound_by=bound, reasons=ev.reasons,
