@@ -30,6 +30,7 @@ import msgspec
 
 from governor import windows
 from governor.events import WorkloadState
+from governor.policy import startup
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.spec import MetricSpec, ScalingPolicySpec
 from governor_tools.sim import replicas as rm
@@ -186,8 +187,13 @@ def _observe(
     )
 
 
-def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> WorkloadState:
+def _workload_state(
+    model: rm.Replicas, now: float, changed_at: float, started: list[tuple[float, float]]
+) -> WorkloadState:
+    """`started`: (requested, ready) of the replicas scale-ups added, oldest first; the ones
+    ready by `now` give the learned start-up, as the cluster collector's pods do."""
     ready = model.ready(now)
+    p50, p90 = startup.estimate([r - q for q, r in started if r <= now])
     # The workloads topic is compacted and the collector publishes on change, so the state the
     # policy reads is dated when the target last changed (a replica patched or one becoming
     # ready), not when it is read: the policy dates scale events by it.
@@ -197,6 +203,8 @@ def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> Worklo
         spec_replicas=model.requested,
         ready_replicas=ready,
         observed_at=max(changed_at, latest_ready),
+        startup_p50_seconds=p50,
+        startup_p90_seconds=p90,
     )
 
 
@@ -234,16 +242,20 @@ def replay(
     violation = events = 0
     unserved = total = 0.0
     changed_at = trace.start
+    started: list[tuple[float, float]] = []
 
     def decide(now: float, load: float) -> None:
-        nonlocal model, state, pending, events, changed_at
+        nonlocal model, state, pending, events, changed_at, started
         observation = _observe(stable, panic, pending, now, pipe.aggregation)
         pending = []
         inputs = ScaleInputs(
-            workload=_workload_state(model, now, changed_at), observations={METRIC: observation}
+            workload=_workload_state(model, now, changed_at, started),
+            observations={METRIC: observation},
         )
         result, state = evaluate(policy, inputs, state, now, step_seconds=step)
         if result.actionable and result.desired != model.requested:
+            if result.desired > model.requested:
+                started = [*started, (now, now + config.startup_seconds)][-startup.RECENT :]
             model = rm.scale(model, result.desired, now, config.startup_seconds)
             events += 1
             changed_at = now
