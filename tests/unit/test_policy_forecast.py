@@ -125,26 +125,13 @@ def test_a_volatile_series_gets_more_headroom_than_a_regular_one() -> None:
     # It changes every step (no quiet stretches to learn from), with a spike every 7 steps.
     volatile = [10.0 * (3 if i % 7 == 0 else 1) + i * 1e-3 for i in range(400)]
     assert headroom(regular) < headroom(volatile)
-    assert headroom(regular) <= 1.1  # one bin: growth of 1 % reads as the bin edge
+    assert headroom(regular) <= 1.05
 
 
 def test_one_sample_per_step_however_often_it_is_evaluated() -> None:
     fs = fc.observe(fc.ForecastState(), 5.0, 100.0, STEP, 5, 0.9, 0.99, 3600.0)
     assert fc.observe(fs, 50.0, 110.0, STEP, 5, 0.9, 0.99, 3600.0) is fs
     assert fc.observe(fs, 50.0, 115.0, STEP, 5, 0.9, 0.99, 3600.0).loads == (5.0, 50.0)
-
-
-def test_a_load_that_changes_at_fixed_intervals_gets_headroom_only_before_a_change() -> None:
-    """Sampled every 20 steps (a 5-minute metric at 15 s steps): right after a change none comes
-    within the horizon, so no headroom; near the next change, the learned growth."""
-    fs = fc.ForecastState()
-    ups: dict[int, float] = {}
-    for i in range(20 * 60):
-        level = 10.0 * (1 + (i // 20) % 3)  # 10, 20, 30, 10, ... every 20 steps
-        fs = fc.observe(fs, level, STEP * i, STEP, 5, 0.9, 0.99, 1e9)
-        ups[i % 20] = fs.up
-    assert ups[1] == 1.0 and ups[5] == 1.0  # just changed: 5 steps ahead hold no change
-    assert ups[18] > 1.5  # the next change is within the horizon
 
 
 def test_state_stays_small() -> None:
