@@ -88,7 +88,10 @@ def test_simulate_without_baseline_has_only_governor(trace: Path, tmp_path: Path
 
 def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None:
     slow = default_policy_yaml().replace("name: governor-default", "name: slow-down")
-    slow = slow.replace("stabilizationWindowSeconds: 240", "stabilizationWindowSeconds: 900")
+    # The scale-down window is the last one in the file.
+    head, _, tail = slow.rpartition("stabilizationWindowSeconds: 0")
+    assert head, "the default policy has a scale-down window to lengthen"
+    slow = head + "stabilizationWindowSeconds: 900" + tail
     a = tmp_path / "a.yaml"
     b = tmp_path / "b.yaml"
     a.write_text(default_policy_yaml())
