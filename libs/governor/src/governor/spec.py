@@ -18,6 +18,12 @@ from typing import Any, Literal
 
 import msgspec
 
+# The base of every section and the error live in spec_base.py, so that sections can live
+# beside this module (spec_forecast.py) and still be re-exported from here.
+from governor.spec_base import PolicyError
+from governor.spec_base import Spec as _Spec
+from governor.spec_forecast import EventReductionSpec, ForecastSpec
+
 API_VERSION = "governor.dev/v1alpha1"
 KIND = "ScalingPolicy"
 
@@ -26,17 +32,7 @@ MAX_PERIOD_SECONDS = 1800
 MAX_WINDOW_SECONDS = 3600
 
 
-class PolicyError(ValueError):
-    """An invalid policy: names the field path and what is allowed."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
-
-
-class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
-    """Base for user-written config: unknown fields are typos, so they are rejected."""
+__all__ = ["EventReductionSpec", "ForecastSpec", "PolicyError"]
 
 
 # --- target -----------------------------------------------------------------------------------
@@ -351,32 +347,6 @@ class PanicSpec(_Spec):
     threshold_percent: float = 200.0
 
 
-class ForecastSpec(_Spec):
-    """Predictive headroom (policy/forecast.py): a floor from a quantile of the load's growth
-    over the next start-up + decision step. It only raises the count, never lowers it."""
-
-    enabled: bool = True
-    # Which quantile of the recent growth over the horizon the floor covers.
-    quantile: float = 0.9
-    # The horizon; None: the target's learned start-up (p90) plus one decision step.
-    horizon_seconds: float | None = None
-    # The start-up assumed until one is learned from the target's pods.
-    startup_seconds: float = 60.0
-    # Half-life of the growth history: older samples weigh half after this long.
-    half_life_seconds: float = 21600.0
-
-
-class EventReductionSpec(_Spec):
-    """Fewer scale events (policy/forecast.py): a scale-down waits until the forecast's upper
-    bound over the scale-down horizon is below the new count, and small moves merge."""
-
-    enabled: bool = True
-    # The upper bound a scale-down must clear: this quantile of growth over the horizon.
-    down_quantile: float = 0.99
-    # A scale-down removes at least this share of the replicas (smaller ones wait and merge).
-    min_step_percent: float = 10.0
-
-
 class ScaleToZeroSpec(_Spec):
     """KEDA-style: 0 -> 1 once load exceeds the activation threshold, back to 0 after cooldown."""
 
@@ -523,20 +493,6 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
             raise PolicyError("elastic.scalingEfficiency", "must be in (0, 1]")
         if e.restart_penalty_seconds < 0 or e.min_resize_interval_seconds < 0:
             raise PolicyError("elastic", "restartPenaltySeconds/minResizeIntervalSeconds >= 0")
-    if spec.forecast is not None:
-        f = spec.forecast
-        if not 0 < f.quantile < 1:
-            raise PolicyError("forecast.quantile", f"must be in (0, 1), got {f.quantile}")
-        if f.horizon_seconds is not None and f.horizon_seconds <= 0:
-            raise PolicyError("forecast.horizonSeconds", "must be > 0")
-        if f.startup_seconds < 0 or f.half_life_seconds <= 0:
-            raise PolicyError("forecast", "startupSeconds >= 0 and halfLifeSeconds > 0")
-    if spec.event_reduction is not None:
-        e = spec.event_reduction
-        if not 0 < e.down_quantile < 1:
-            raise PolicyError("eventReduction.downQuantile", "must be in (0, 1)")
-        if not 0 <= e.min_step_percent < 100:
-            raise PolicyError("eventReduction.minStepPercent", "must be in [0, 100)")
     ref = spec.target_ref
     if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh") and not ref.task:
         raise PolicyError("targetRef.task", "a Volcano Job target must name the task to scale")

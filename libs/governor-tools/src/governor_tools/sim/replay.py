@@ -208,6 +208,14 @@ def _workload_state(
     )
 
 
+def _feeds(pipe: Pipeline, step: float) -> tuple[_Feed, _Feed | None]:
+    """The stable window's feed and, with panic mode, the panic window's."""
+    stable = _Feed(pipe.stable_seconds, step, pipe.delay_seconds)
+    if pipe.panic_seconds is None:
+        return stable, None
+    return stable, _Feed(pipe.panic_seconds, step, pipe.delay_seconds)
+
+
 def replay(
     name: str,
     trace: Trace,
@@ -219,22 +227,15 @@ def replay(
     step_seconds: float | None = None,
     initial: int | None = None,
 ) -> Run:
-    """Run one policy over a trace. `step_seconds` defaults to the config's; `initial` (the
-    replicas serving at the start) to what the policy's target asks for the first row."""
+    """One policy over a trace; `initial`: the replicas serving at the start (oracle.py)."""
     step = step_seconds or config.step_seconds
     pipe = pipeline or pipeline_for(policy, step)
     _load_metric(policy)
     capacity = config.capacity_per_replica
-    stable = _Feed(pipe.stable_seconds, step, pipe.delay_seconds)
-    panic = (
-        _Feed(pipe.panic_seconds, step, pipe.delay_seconds)
-        if pipe.panic_seconds is not None
-        else None
-    )
+    stable, panic = _feeds(pipe, step)
 
-    model = rm.serving(
-        initial if initial is not None else initial_replicas(policy, trace), since=trace.start
-    )
+    warm = initial if initial is not None else initial_replicas(policy, trace)
+    model = rm.serving(warm, since=trace.start)
     state = ScaleState()
     rows: list[StepRow] = []
     pending: list[tuple[float, int, float]] = []
@@ -254,7 +255,7 @@ def replay(
         )
         result, state = evaluate(policy, inputs, state, now, step_seconds=step)
         if result.actionable and result.desired != model.requested:
-            if result.desired > model.requested:
+            if result.desired > model.requested:  # the start-ups the policy learns from
                 started = [*started, (now, now + config.startup_seconds)][-startup.RECENT :]
             model = rm.scale(model, result.desired, now, config.startup_seconds)
             events += 1

@@ -38,184 +38,33 @@ is not read here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-import msgspec
 
 from governor.events import MetricInput, Reason, Rule
-from governor.policy import forecast as fc
 from governor.policy.behavior import (
-    ResolvedBehavior,
     limit_rate,
     rate_limit_detail,
     record,
     record_event,
-    resolve,
     stabilize,
 )
+from governor.policy.evaluation import Evaluation as _Evaluation
+from governor.policy.evaluation import Metric as _Metric
+from governor.policy.evaluation import compile_policy as _compile
+from governor.policy.evaluation import metric_desired as _metric_desired
+from governor.policy.evaluation import ratio as _ratio
+from governor.policy.headroom import event_reduction as _event_reduction
+from governor.policy.headroom import forecast as _forecast
+from governor.policy.headroom import forecast_floor as _forecast_floor
 from governor.policy.panic import PanicOutcome, panic_step
 from governor.policy.replicas import (
-    Tolerances,
-    per_pod_replicas,
     raw_replicas,
-    usage_ratio_replicas,
-    utilization_replicas,
-    whole_percent,
 )
-from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
+from governor.policy.staleness import fallback_due, fallback_replicas
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.policy.zero import above_activation, idle_check
 from governor.spec import (
-    EventReductionSpec,
-    ForecastSpec,
-    MetricSpec,
-    ResourceSource,
-    ScaleToZeroSpec,
     ScalingPolicySpec,
 )
-
-
-def _target(metric: MetricSpec) -> float:
-    t = metric.target
-    kind = t.type
-    value = (
-        t.average_utilization
-        if kind == "Utilization"
-        else t.value
-        if kind == "Value"
-        else t.average_value
-    )
-    assert value is not None  # MetricSpec.__post_init__ guarantees it
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _Metric:
-    name: str
-    kind: str
-    target: float
-    stale_after: float
-    # KEDA has no fallback for cpu/memory: a failing resource metric only ever holds.
-    fallback_ok: bool
-    # Preformatted for the reasons (float formatting is a visible share of an evaluation).
-    vs_target: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    """What evaluate derives from a policy alone: resolved behavior, bounds, metric constants."""
-
-    behavior: ResolvedBehavior
-    tol: Tolerances
-    metrics: tuple[_Metric, ...]
-    up_window: str
-    down_window: str
-    zero: ScaleToZeroSpec | None  # scale-to-zero, when minReplicas is 0
-    lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
-    hi: int  # maxReplicas or the lower replicaCap, never under lo
-    cap_binds: bool  # hi is the replicaCap
-    forecast: ForecastSpec | None  # when enabled
-    reduce: EventReductionSpec | None  # when enabled
-
-
-_COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
-_COMPILED_MAX = 4096
-
-
-def _compile(policy: ScalingPolicySpec) -> _Compiled:
-    """Memoized by identity: a policy is a value (a new version is a new object), and the cache
-    holds a reference, so an id cannot be reused while its entry lives."""
-    hit = _COMPILED.get(id(policy))
-    if hit is not None and hit[0] is policy:
-        return hit[1]
-    behavior = resolve(policy.behavior)
-    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
-    hi = policy.max_replicas
-    cap_binds = False
-    if policy.replica_cap is not None and policy.replica_cap < hi:
-        hi, cap_binds = policy.replica_cap, True
-    lo = policy.min_replicas if zero is None else 1
-    if hi < lo:
-        hi, cap_binds = lo, False
-    compiled = _Compiled(
-        behavior=behavior,
-        tol=behavior.tolerances,
-        zero=zero,
-        lo=lo,
-        hi=hi,
-        cap_binds=cap_binds,
-        forecast=policy.forecast if policy.forecast and policy.forecast.enabled else None,
-        reduce=(
-            policy.event_reduction
-            if policy.event_reduction and policy.event_reduction.enabled
-            else None
-        ),
-        up_window=f"stabilization window {behavior.up.window:.4g} s",
-        down_window=f"stabilization window {behavior.down.window:.4g} s",
-        metrics=tuple(
-            _Metric(
-                m.name,
-                m.target.type,
-                _target(m),
-                stale_after(policy, m),
-                not isinstance(m.source, ResourceSource),
-                f" vs target {_target(m):.4g}",
-            )
-            for m in policy.metrics
-        ),
-    )
-    if len(_COMPILED) >= _COMPILED_MAX:
-        del _COMPILED[next(iter(_COMPILED))]
-    _COMPILED[id(policy)] = (policy, compiled)
-    return compiled
-
-
-def _ratio(kind: str, value: float, target: float, current: int) -> float:
-    if kind == "Utilization":
-        return whole_percent(value) / target
-    if kind == "Value":
-        return value / target
-    return value / (target * current) if current else math.inf
-
-
-def _metric_desired(
-    kind: str, current: int, ready: int, value: float, target: float, tol: Tolerances
-) -> int | None:
-    if kind == "Utilization":
-        return utilization_replicas(current, ready, value, target, tol)
-    if kind == "Value":
-        return usage_ratio_replicas(current, value / target, ready, tol)
-    return per_pod_replicas(current, value, target, tol)
-
-
-class _Evaluation(msgspec.Struct):
-    """One evaluation in progress: what every step reads (the policy, the target, now) and
-    what the metric steps found together. A msgspec Struct, built once per evaluation: a
-    dataclass's __init__ costs a visible share of one."""
-
-    policy: ScalingPolicySpec
-    c: _Compiled
-    current: int
-    ready: int
-    now: float
-    reasons: list[Reason]  # every step that changes the count adds its Reason here
-    inputs: list[MetricInput]
-    best: int = -1  # the largest count a metric (or the fallback) asks for
-    best_rule: Rule = "metric"
-    invalid: int = 0
-    failing: list[_Metric] | None = None  # allocated only when a metric fails
-    failing_age: float = 0.0
-    panic_desired: int | None = None
-    panic_metric: str | None = None
-    active: bool = False
-    newest: float = 0.0
-    all_within: bool = True
-    # Forecast on: each fresh metric's load in replica units (what it asks at exactly its target).
-    loads: list[tuple[str, float]] | None = None
-    floor: int = -1  # the forecast's floor (upper bound at the forecast quantile)
-    floor_load: float = 0.0  # that bound in replica units
-    gate: int = -1  # the count a scale-down must not go under (event reduction)
-    horizon: float = 0.0
 
 
 def _no_workload(inputs: ScaleInputs) -> ScaleResult:
@@ -472,91 +321,6 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutco
     )
     ev.reasons.append(Reason(rule="panic", metric=ev.panic_metric, detail=detail))
     return out, panicked
-
-
-def _forecast(
-    ev: _Evaluation, state: ScaleState, startup: float | None, step: float
-) -> dict[str, fc.ForecastState] | None:
-    """Each fresh metric's forecaster fed (forecast.py), its floor and the scale-down gate."""
-    f = ev.c.forecast
-    assert f is not None
-    known = state.forecasts or {}
-    if not ev.loads:
-        return state.forecasts
-    if f.horizon_seconds is not None:
-        ev.horizon = f.horizon_seconds
-    else:
-        ev.horizon = (startup if startup is not None else f.startup_seconds) + step
-    steps = fc.horizon_steps(ev.horizon, step)
-    down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
-    out = dict(known)
-    for name, load in ev.loads:
-        fs = fc.observe(
-            known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds,
-        )  # fmt: skip
-        out[name] = fs
-        bound = fc.upper(load, fs.up)
-        floor = fc.replicas_for(bound)
-        if floor > ev.floor:
-            ev.floor, ev.floor_load = floor, bound
-        ev.gate = max(ev.gate, fc.replicas_for(fc.upper(load, fs.down)))
-    return out
-
-
-_FRESH = fc.ForecastState()
-
-
-def _forecast_floor(ev: _Evaluation, desired: int) -> int | None:
-    """The forecast only raises the count: the floor, when above the reactive count."""
-    if ev.floor <= desired:
-        return None
-    f, r, current = ev.c.forecast, ev.c.reduce, ev.current
-    assert f is not None
-    if r is not None and desired <= current < ev.floor:
-        # Merged small moves: a raise on the forecast alone waits until it is a full step.
-        least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
-        if ev.floor - current < least:
-            detail = f"forecast asks {ev.floor}: a raise on it alone adds at least {least}"
-            ev.reasons.append(Reason(rule="event_reduction", detail=detail))
-            return None
-    unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
-    detail = (
-        f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
-        f" = {ev.floor_load * unit:.4g} → {ev.floor}"
-    )
-    ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
-    return ev.floor
-
-
-def _event_reduction(ev: _Evaluation, desired: int) -> int | None:
-    """A scale-down waits until the forecast's upper bound over the horizon is below the new
-    count, and removes at least minStepPercent of the replicas (smaller moves merge)."""
-    r, current = ev.c.reduce, ev.current
-    assert r is not None
-    if desired >= current:
-        return None
-    allowed = max(desired, ev.gate)
-    if allowed >= current:
-        detail = (
-            f"scale-down to {desired} waits: p{r.down_quantile * 100:.4g} of load over next"
-            f" {ev.horizon:.4g} s needs {ev.gate}"
-        )
-        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
-        return current
-    least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
-    if current - allowed < least:
-        detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
-        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
-        return current
-    if allowed != desired:
-        detail = (
-            f"scale-down to {allowed}, not {desired}: p{r.down_quantile * 100:.4g} of load"
-            f" over next {ev.horizon:.4g} s needs {ev.gate}"
-        )
-        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
-        return allowed
-    return None
 
 
 def _stabilization(
