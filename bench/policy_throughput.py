@@ -2,8 +2,9 @@
 
 10,000 workloads replay a real load trace (the NAB ELB request count by default), each scaled by
 its own factor and started at its own offset, so their loads move independently. The policy has
-panic mode and HPA's default behavior (300 s down-window, rate limits), so evaluations walk the
-window history, the rate limits and the panic state — not the tolerance short-cut alone.
+panic mode, the forecaster and event reduction on, and HPA's default behavior (300 s down-window,
+rate limits), so evaluations walk the window history, the rate limits, the panic state and the
+forecaster (`--no-forecast`: without it) — not the tolerance short-cut alone.
 Decisions are applied (the next evaluation sees the new replica count), as the simulator does.
 
 Only the `evaluate` calls are timed; building the inputs is the caller's cost. The process is
@@ -44,6 +45,9 @@ POLICY = {
     "maxReplicas": 200,
     "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": TARGET}}],
     "panic": {"windowSeconds": 6, "stableWindowSeconds": 60, "thresholdPercent": 200},
+    # The forecaster (predictive headroom) and event reduction, as governor's default has them.
+    "forecast": {"quantile": 0.9},
+    "eventReduction": {},
 }
 
 
@@ -156,10 +160,16 @@ def main() -> None:
         default=0,
         help="set the GC's generation-0 threshold (default: Python's, 700), as a service may",
     )
+    ap.add_argument(
+        "--no-forecast", action="store_true", help="the forecaster and event reduction off"
+    )
     args = ap.parse_args()
 
     pinned = pin_one_core()
-    spec = msgspec.convert(POLICY, ScalingPolicySpec)
+    policy = dict(POLICY)
+    if args.no_forecast:
+        del policy["forecast"], policy["eventReduction"]
+    spec = msgspec.convert(policy, ScalingPolicySpec)
     fleet = Fleet(load_trace(args.trace), args.workloads)
     gc.collect()
     gc.freeze()
@@ -192,7 +202,8 @@ def main() -> None:
 
     mp, js = sizes(fleet.states)
     print("ScaleState size after the 300 s window is full (15 s steps):")
-    print(f"  msgpack: {describe(mp)}; json: {describe(js)} (target ≤ 2048 B)")
+    print(f"  msgpack: {describe(mp)}; json: {describe(js)} (target ≤ 4096 B)")
+    print(f"  forecaster: {'off' if args.no_forecast else 'on'}")
     worst = worst_case_state(spec)
     w_mp, w_js = sizes([worst])
     print(

@@ -20,6 +20,7 @@ SUMMARY_KEYS = {
     "replica_hours",
     "scale_events",
     "peak_replicas",
+    "oracle_gap_closed",
 }
 
 
@@ -63,7 +64,7 @@ def test_simulate_with_hpa_baseline_writes_the_promised_files(trace: Path, tmp_p
         assert all(b - a == 15 for a, b in itertools.pairwise(steps))
         assert all(int(r[2]) >= 1 and int(r[3]) >= 0 for r in rows[1:])
     summary = msgspec.json.decode((out / "summary.json").read_bytes())
-    assert set(summary) == {"governor", "hpa"}
+    assert set(summary) == {"governor", "hpa", "oracle"}
     for entry in summary.values():
         assert set(entry) == SUMMARY_KEYS
         assert 0 <= entry["unserved_fraction"] <= 1
@@ -82,12 +83,15 @@ def test_simulate_without_baseline_has_only_governor(trace: Path, tmp_path: Path
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert not (out / "baseline_replicas.csv").exists()
-    assert set(msgspec.json.decode((out / "summary.json").read_bytes())) == {"governor"}
+    assert set(msgspec.json.decode((out / "summary.json").read_bytes())) == {"governor", "oracle"}
 
 
 def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None:
     slow = default_policy_yaml().replace("name: governor-default", "name: slow-down")
-    slow = slow.replace("stabilizationWindowSeconds: 240", "stabilizationWindowSeconds: 900")
+    # The scale-down window is the last one in the file.
+    head, _, tail = slow.rpartition("stabilizationWindowSeconds: 0")
+    assert head, "the default policy has a scale-down window to lengthen"
+    slow = head + "stabilizationWindowSeconds: 900" + tail
     a = tmp_path / "a.yaml"
     b = tmp_path / "b.yaml"
     a.write_text(default_policy_yaml())
@@ -99,7 +103,7 @@ def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     summary = msgspec.json.decode((out / "summary.json").read_bytes())
-    assert list(summary) == ["governor-default", "slow-down", "hpa"]
+    assert list(summary) == ["governor-default", "slow-down", "hpa", "oracle"]
     # A longer scale-down window can only hold replicas longer.
     assert summary["slow-down"]["replica_hours"] >= summary["governor-default"]["replica_hours"]
     for name in ("governor-default", "slow-down", "hpa"):

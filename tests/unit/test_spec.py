@@ -6,6 +6,8 @@ import msgspec
 import pytest
 
 from governor.spec import (
+    EventReductionSpec,
+    ForecastSpec,
     PolicyError,
     ScalingPolicy,
     ScalingPolicySpec,
@@ -122,18 +124,6 @@ def test_yaml_error_names_the_policy() -> None:
         policies_from_yaml(text)
 
 
-class _Switch(msgspec.Struct, rename="camel", frozen=True):
-    enabled: bool = True
-    horizon_seconds: float = 60.0
-
-
-class _WithSwitches(ScalingPolicySpec):
-    """A spec with the two sections hpa_compatible switches off (added to the real one later)."""
-
-    forecast: _Switch | None = None
-    event_reduction: _Switch | None = None
-
-
 def test_hpa_compatible_switches_off_forecast_and_event_reduction_only() -> None:
     base = msgspec.convert(
         {
@@ -145,17 +135,11 @@ def test_hpa_compatible_switches_off_forecast_and_event_reduction_only() -> None
         ScalingPolicySpec,
     )
     assert hpa_compatible(base) is base  # nothing to switch off
-    spec = _WithSwitches(
-        target_ref=base.target_ref,
-        max_replicas=5,
-        metrics=base.metrics,
-        panic=base.panic,
-        forecast=_Switch(horizon_seconds=90.0),
-        event_reduction=_Switch(),
+    spec = msgspec.structs.replace(
+        base, forecast=ForecastSpec(horizon_seconds=90.0), event_reduction=EventReductionSpec()
     )
     out = hpa_compatible(spec)
-    assert isinstance(out, _WithSwitches)
-    assert out.forecast == _Switch(enabled=False, horizon_seconds=90.0)
-    assert out.event_reduction == _Switch(enabled=False)
+    assert out.forecast == ForecastSpec(enabled=False, horizon_seconds=90.0)
+    assert out.event_reduction == EventReductionSpec(enabled=False)
     assert out.panic == base.panic  # governor's other additions stay as set
     assert spec.forecast is not None and spec.forecast.enabled  # the input is not changed

@@ -89,6 +89,10 @@ class WorkloadState(Event):
     # Training jobs: how many times the job restarted (membership changes) and when it started.
     restarts: int = 0
     started_at: float | None = None
+    # How long new replicas took from requested (pod creationTimestamp) to Ready: running
+    # median and p90 over the recent ones, seconds; None until one has been seen.
+    startup_p50_seconds: float | None = None
+    startup_p90_seconds: float | None = None
 
 
 DeviceType = Literal["gpu", "rdma", "fpga"]
@@ -194,6 +198,8 @@ Rule = Literal[
     "restart_damping",  # an elastic job resize was not worth its restart
     "hysteresis",  # the previous allocation was kept (demand moved less than the margin)
     "unchanged",  # nothing asked for a change
+    "forecast",  # the forecast's floor raised the count (predictive headroom)
+    "event_reduction",  # a scale-down waited: the forecast's upper bound, or too small a step
 ]
 
 

@@ -18,6 +18,12 @@ from typing import Any, Literal
 
 import msgspec
 
+# The base of every section and the error live in spec_base.py, so that sections can live
+# beside this module (spec_forecast.py) and still be re-exported from here.
+from governor.spec_base import PolicyError
+from governor.spec_base import Spec as _Spec
+from governor.spec_forecast import EventReductionSpec, ForecastSpec
+
 API_VERSION = "governor.dev/v1alpha1"
 KIND = "ScalingPolicy"
 
@@ -26,17 +32,7 @@ MAX_PERIOD_SECONDS = 1800
 MAX_WINDOW_SECONDS = 3600
 
 
-class PolicyError(ValueError):
-    """An invalid policy: names the field path and what is allowed."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
-
-
-class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
-    """Base for user-written config: unknown fields are typos, so they are rejected."""
+__all__ = ["EventReductionSpec", "ForecastSpec", "PolicyError"]
 
 
 # --- target -----------------------------------------------------------------------------------
@@ -396,6 +392,9 @@ class ScalingPolicySpec(_Spec):
     elastic: ElasticSpec | None = None
     # Optional hard cap, e.g. the partition count of a Kafka-lag consumer.
     replica_cap: int | None = None
+    # governor's predictive additions; hpa_compatible() switches both off.
+    forecast: ForecastSpec | None = None
+    event_reduction: EventReductionSpec | None = None
 
     def __post_init__(self) -> None:
         _check_spec(self)

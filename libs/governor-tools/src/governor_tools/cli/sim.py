@@ -11,6 +11,7 @@ from rich.table import Table
 
 from governor.spec import PolicyError, ScalingPolicySpec
 from governor_tools.sim import report, traces
+from governor_tools.sim.oracle import ORACLE
 from governor_tools.sim.policies import default_policy, policies_from_file
 from governor_tools.sim.replay import SimConfig, SimError, Summary
 from governor_tools.sim.runs import HPA, run_all, write_outputs
@@ -19,6 +20,10 @@ GOVERNOR = "governor"
 HPA_NOTE = (
     "hpa: the reference autoscaling/v2 HPA with default behavior, 15 s sync, External "
     "AverageValue target utilization × C per pod, seeing the 15 s mean load one scrape (15 s) late"
+)
+ORACLE_NOTE = (
+    "oracle: the least replica-hours with zero violation seconds, knowing the whole trace and the "
+    "true start-up; oracle_gap_closed: (hpa − policy) / (hpa − oracle) replica-hours"
 )
 SCORE_NOTE = (
     "violation_seconds: seconds with load > ready × C; unserved_fraction: "
@@ -89,10 +94,15 @@ def simulate(
         runs = run_all(load, config, {GOVERNOR: spec}, with_hpa=baseline == HPA)
     except (traces.TraceError, SimError, PolicyError) as err:
         raise _fail(err) from None
-    csv_names = {GOVERNOR: "replicas.csv", HPA: "baseline_replicas.csv"}
+    csv_names = {
+        GOVERNOR: "replicas.csv",
+        HPA: "baseline_replicas.csv",
+        ORACLE: "oracle_replicas.csv",
+    }
     notes = [
         "governor: " + ("the default policy" if policy is None else str(policy)),
         *([HPA_NOTE] if baseline == HPA else []),
+        ORACLE_NOTE,
         SCORE_NOTE,
     ]
     for path in write_outputs(runs, load, config, out, csv_names, notes):
@@ -121,14 +131,16 @@ def compare(
         for path in policy:
             for p in policies_from_file(path):
                 name = p.metadata.name
-                if name in specs or name == HPA:
+                if name in specs or name in (HPA, ORACLE):
                     name = f"{path.stem}/{name}"
                 specs[name] = p.spec
         runs = run_all(load, config, specs, with_hpa=True)
     except (traces.TraceError, SimError, PolicyError) as err:
         raise _fail(err) from None
     csv_names = {r.name: f"{_slug(r.name)}_replicas.csv" for r in runs}
-    for path in write_outputs(runs, load, config, out, csv_names, [HPA_NOTE, SCORE_NOTE]):
+    for path in write_outputs(
+        runs, load, config, out, csv_names, [HPA_NOTE, ORACLE_NOTE, SCORE_NOTE]
+    ):
         typer.echo(str(path))
     _print_table({r.name: r.summary for r in runs})
 

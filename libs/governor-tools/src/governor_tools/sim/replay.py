@@ -30,6 +30,7 @@ import msgspec
 
 from governor import windows
 from governor.events import WorkloadState
+from governor.policy import startup
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.spec import MetricSpec, ScalingPolicySpec
 from governor_tools.sim import replicas as rm
@@ -83,6 +84,9 @@ class Summary(msgspec.Struct, frozen=True):
     replica_hours: float
     scale_events: int
     peak_replicas: int
+    # The share of the reference HPA's replica-hour gap to the oracle this run closes
+    # (oracle.gap_closed); None for HPA and the oracle themselves, or without both.
+    oracle_gap_closed: float | None = None
 
 
 class Run(msgspec.Struct, frozen=True):
@@ -183,8 +187,13 @@ def _observe(
     )
 
 
-def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> WorkloadState:
+def _workload_state(
+    model: rm.Replicas, now: float, changed_at: float, started: list[tuple[float, float]]
+) -> WorkloadState:
+    """`started`: (requested, ready) of the replicas scale-ups added, oldest first; the ones
+    ready by `now` give the learned start-up, as the cluster collector's pods do."""
     ready = model.ready(now)
+    p50, p90 = startup.estimate([r - q for q, r in started if r <= now])
     # The workloads topic is compacted and the collector publishes on change, so the state the
     # policy reads is dated when the target last changed (a replica patched or one becoming
     # ready), not when it is read: the policy dates scale events by it.
@@ -194,7 +203,17 @@ def _workload_state(model: rm.Replicas, now: float, changed_at: float) -> Worklo
         spec_replicas=model.requested,
         ready_replicas=ready,
         observed_at=max(changed_at, latest_ready),
+        startup_p50_seconds=p50,
+        startup_p90_seconds=p90,
     )
+
+
+def _feeds(pipe: Pipeline, step: float) -> tuple[_Feed, _Feed | None]:
+    """The stable window's feed and, with panic mode, the panic window's."""
+    stable = _Feed(pipe.stable_seconds, step, pipe.delay_seconds)
+    if pipe.panic_seconds is None:
+        return stable, None
+    return stable, _Feed(pipe.panic_seconds, step, pipe.delay_seconds)
 
 
 def replay(
@@ -206,20 +225,17 @@ def replay(
     evaluate: Evaluate,
     pipeline: Pipeline | None = None,
     step_seconds: float | None = None,
+    initial: int | None = None,
 ) -> Run:
-    """Run one policy over a trace. `step_seconds` defaults to the config's."""
+    """One policy over a trace; `initial`: the replicas serving at the start (oracle.py)."""
     step = step_seconds or config.step_seconds
     pipe = pipeline or pipeline_for(policy, step)
     _load_metric(policy)
     capacity = config.capacity_per_replica
-    stable = _Feed(pipe.stable_seconds, step, pipe.delay_seconds)
-    panic = (
-        _Feed(pipe.panic_seconds, step, pipe.delay_seconds)
-        if pipe.panic_seconds is not None
-        else None
-    )
+    stable, panic = _feeds(pipe, step)
 
-    model = rm.serving(initial_replicas(policy, trace), since=trace.start)
+    warm = initial if initial is not None else initial_replicas(policy, trace)
+    model = rm.serving(warm, since=trace.start)
     state = ScaleState()
     rows: list[StepRow] = []
     pending: list[tuple[float, int, float]] = []
@@ -227,16 +243,20 @@ def replay(
     violation = events = 0
     unserved = total = 0.0
     changed_at = trace.start
+    started: list[tuple[float, float]] = []
 
     def decide(now: float, load: float) -> None:
-        nonlocal model, state, pending, events, changed_at
+        nonlocal model, state, pending, events, changed_at, started
         observation = _observe(stable, panic, pending, now, pipe.aggregation)
         pending = []
         inputs = ScaleInputs(
-            workload=_workload_state(model, now, changed_at), observations={METRIC: observation}
+            workload=_workload_state(model, now, changed_at, started),
+            observations={METRIC: observation},
         )
         result, state = evaluate(policy, inputs, state, now, step_seconds=step)
         if result.actionable and result.desired != model.requested:
+            if result.desired > model.requested:  # the start-ups the policy learns from
+                started = [*started, (now, now + config.startup_seconds)][-startup.RECENT :]
             model = rm.scale(model, result.desired, now, config.startup_seconds)
             events += 1
             changed_at = now

@@ -20,6 +20,7 @@ SUMMARY_COLUMNS = (
     "replica_hours",
     "scale_events",
     "peak_replicas",
+    "oracle_gap_closed",
 )
 
 
@@ -53,6 +54,7 @@ def table_rows(summaries: Mapping[str, Summary]) -> list[list[str]]:
                 f"{s.replica_hours:.1f}",
                 str(s.scale_events),
                 str(s.peak_replicas),
+                "" if s.oracle_gap_closed is None else f"{s.oracle_gap_closed:.2f}",
             ]
         )
     return rows

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import msgspec
+
 from governor.spec import ScalingPolicySpec
 from governor_tools.sim import report
+from governor_tools.sim.oracle import ORACLE, gap_closed, run_oracle
 from governor_tools.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS, hpa_policy
 from governor_tools.sim.replay import Evaluate, Run, SimConfig, replay
 from governor_tools.sim.traces import Trace
@@ -46,7 +49,27 @@ def run_all(
     runs = [replay(name, trace, spec, config, evaluate=evaluate) for name, spec in policies.items()]
     if with_hpa:
         runs.append(run_hpa(trace, config, evaluate))
-    return runs
+    runs.append(run_oracle(trace, config))
+    return with_gap_closed(runs)
+
+
+def with_gap_closed(runs: list[Run]) -> list[Run]:
+    """Each policy's share of HPA's replica-hour gap to the oracle, when both ran."""
+    by_name = {r.name: r.summary for r in runs}
+    if HPA not in by_name or ORACLE not in by_name:
+        return runs
+    hpa, oracle = by_name[HPA].replica_hours, by_name[ORACLE].replica_hours
+    return [
+        r
+        if r.name in (HPA, ORACLE)
+        else msgspec.structs.replace(
+            r,
+            summary=msgspec.structs.replace(
+                r.summary, oracle_gap_closed=gap_closed(r.summary.replica_hours, hpa, oracle)
+            ),
+        )
+        for r in runs
+    ]
 
 
 def write_outputs(

@@ -35,6 +35,7 @@ class Meta(_K):
     generation: int = 0
     owner_references: list[OwnerReference] = []
     deletion_timestamp: str | None = None
+    creation_timestamp: str | None = None
 
 
 class LabelSelectorRequirement(_K):
@@ -71,6 +72,7 @@ class PodSpec(_K):
 class Condition(_K):
     type: str
     status: str = "Unknown"
+    last_transition_time: str | None = None
 
 
 class PodStatus(_K):

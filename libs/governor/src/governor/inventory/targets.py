@@ -21,7 +21,9 @@ from governor.inventory.objects import (
 from governor.inventory.pods import pod_ready, pod_requests
 from governor.inventory.quantities import _rounded
 from governor.inventory.selectors import selector_matches, selector_string
+from governor.policy import startup
 from governor.spec import ScalingPolicy
+from governor.targets.base import timestamp
 
 if TYPE_CHECKING:  # governor.targets reads objects with this package's models
     from governor.targets import TargetView
@@ -40,16 +42,19 @@ def workload_state(
     """
     problems: list[str] = []
     ready = view.status_ready
+    mine = (
+        [
+            p
+            for p in namespace_pods
+            if p.metadata.namespace == policy.metadata.namespace
+            and selector_matches(view.selector, p.metadata.labels)
+        ]
+        if view.selector is not None
+        else []
+    )
     if ready is None:
-        ready = 0
-        if view.selector is not None:
-            ready = sum(
-                1
-                for p in namespace_pods
-                if p.metadata.namespace == policy.metadata.namespace
-                and selector_matches(view.selector, p.metadata.labels)
-                and pod_ready(p)
-            )
+        ready = sum(1 for p in mine if pod_ready(p))
+    startup_p50, startup_p90 = startup.estimate(startup_durations(mine))
     requests: dict[str, float] = {}
     joint: dict[str, Any] | None = None
     if view.template is not None:
@@ -75,9 +80,28 @@ def workload_state(
             joint_allocate=joint,
             restarts=view.restarts,
             started_at=view.started_at,
+            startup_p50_seconds=startup_p50,
+            startup_p90_seconds=startup_p90,
         ),
         problems,
     )
+
+
+def startup_durations(pods: Iterable[Pod]) -> list[float]:
+    """Requested → Ready of each ready pod (creationTimestamp → the Ready condition's
+    lastTransitionTime), oldest pod first, so the newest start-ups weigh in the estimate."""
+    found: list[tuple[float, float]] = []
+    for p in pods:
+        if not pod_ready(p):
+            continue
+        created = timestamp(p.metadata.creation_timestamp)
+        ready_at = next(
+            (timestamp(c.last_transition_time) for c in p.status.conditions if c.type == "Ready"),
+            None,
+        )
+        if created is not None and ready_at is not None and ready_at >= created:
+            found.append((created, ready_at - created))
+    return [d for _, d in sorted(found)]
 
 
 def managed_matcher(

@@ -38,162 +38,33 @@ is not read here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-import msgspec
 
 from governor.events import MetricInput, Reason, Rule
 from governor.policy.behavior import (
-    ResolvedBehavior,
     limit_rate,
     rate_limit_detail,
     record,
     record_event,
-    resolve,
     stabilize,
 )
+from governor.policy.evaluation import Evaluation as _Evaluation
+from governor.policy.evaluation import Metric as _Metric
+from governor.policy.evaluation import compile_policy as _compile
+from governor.policy.evaluation import metric_desired as _metric_desired
+from governor.policy.evaluation import ratio as _ratio
+from governor.policy.headroom import event_reduction as _event_reduction
+from governor.policy.headroom import forecast as _forecast
+from governor.policy.headroom import forecast_floor as _forecast_floor
 from governor.policy.panic import PanicOutcome, panic_step
 from governor.policy.replicas import (
-    Tolerances,
-    per_pod_replicas,
     raw_replicas,
-    usage_ratio_replicas,
-    utilization_replicas,
-    whole_percent,
 )
-from governor.policy.staleness import fallback_due, fallback_replicas, stale_after
+from governor.policy.staleness import fallback_due, fallback_replicas
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
 from governor.policy.zero import above_activation, idle_check
-from governor.spec import MetricSpec, ResourceSource, ScaleToZeroSpec, ScalingPolicySpec
-
-
-def _target(metric: MetricSpec) -> float:
-    t = metric.target
-    kind = t.type
-    value = (
-        t.average_utilization
-        if kind == "Utilization"
-        else t.value
-        if kind == "Value"
-        else t.average_value
-    )
-    assert value is not None  # MetricSpec.__post_init__ guarantees it
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _Metric:
-    name: str
-    kind: str
-    target: float
-    stale_after: float
-    # KEDA has no fallback for cpu/memory: a failing resource metric only ever holds.
-    fallback_ok: bool
-    # Preformatted for the reasons (float formatting is a visible share of an evaluation).
-    vs_target: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    """What evaluate derives from a policy alone: resolved behavior, bounds, metric constants."""
-
-    behavior: ResolvedBehavior
-    tol: Tolerances
-    metrics: tuple[_Metric, ...]
-    up_window: str
-    down_window: str
-    zero: ScaleToZeroSpec | None  # scale-to-zero, when minReplicas is 0
-    lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
-    hi: int  # maxReplicas or the lower replicaCap, never under lo
-    cap_binds: bool  # hi is the replicaCap
-
-
-_COMPILED: dict[int, tuple[ScalingPolicySpec, _Compiled]] = {}
-_COMPILED_MAX = 4096
-
-
-def _compile(policy: ScalingPolicySpec) -> _Compiled:
-    """Memoized by identity: a policy is a value (a new version is a new object), and the cache
-    holds a reference, so an id cannot be reused while its entry lives."""
-    hit = _COMPILED.get(id(policy))
-    if hit is not None and hit[0] is policy:
-        return hit[1]
-    behavior = resolve(policy.behavior)
-    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
-    hi = policy.max_replicas
-    cap_binds = False
-    if policy.replica_cap is not None and policy.replica_cap < hi:
-        hi, cap_binds = policy.replica_cap, True
-    lo = policy.min_replicas if zero is None else 1
-    if hi < lo:
-        hi, cap_binds = lo, False
-    compiled = _Compiled(
-        behavior=behavior,
-        tol=behavior.tolerances,
-        zero=zero,
-        lo=lo,
-        hi=hi,
-        cap_binds=cap_binds,
-        up_window=f"stabilization window {behavior.up.window:.4g} s",
-        down_window=f"stabilization window {behavior.down.window:.4g} s",
-        metrics=tuple(
-            _Metric(
-                m.name,
-                m.target.type,
-                _target(m),
-                stale_after(policy, m),
-                not isinstance(m.source, ResourceSource),
-                f" vs target {_target(m):.4g}",
-            )
-            for m in policy.metrics
-        ),
-    )
-    if len(_COMPILED) >= _COMPILED_MAX:
-        del _COMPILED[next(iter(_COMPILED))]
-    _COMPILED[id(policy)] = (policy, compiled)
-    return compiled
-
-
-def _ratio(kind: str, value: float, target: float, current: int) -> float:
-    if kind == "Utilization":
-        return whole_percent(value) / target
-    if kind == "Value":
-        return value / target
-    return value / (target * current) if current else math.inf
-
-
-def _metric_desired(
-    kind: str, current: int, ready: int, value: float, target: float, tol: Tolerances
-) -> int | None:
-    if kind == "Utilization":
-        return utilization_replicas(current, ready, value, target, tol)
-    if kind == "Value":
-        return usage_ratio_replicas(current, value / target, ready, tol)
-    return per_pod_replicas(current, value, target, tol)
-
-
-class _Evaluation(msgspec.Struct):
-    """One evaluation in progress: what every step reads (the policy, the target, now) and
-    what the metric steps found together. A msgspec Struct, built once per evaluation: a
-    dataclass's __init__ costs a visible share of one."""
-
-    policy: ScalingPolicySpec
-    c: _Compiled
-    current: int
-    ready: int
-    now: float
-    reasons: list[Reason]  # every step that changes the count adds its Reason here
-    inputs: list[MetricInput]
-    best: int = -1  # the largest count a metric (or the fallback) asks for
-    best_rule: Rule = "metric"
-    invalid: int = 0
-    failing: list[_Metric] | None = None  # allocated only when a metric fails
-    failing_age: float = 0.0
-    panic_desired: int | None = None
-    panic_metric: str | None = None
-    active: bool = False
-    newest: float = 0.0
-    all_within: bool = True
+from governor.spec import (
+    ScalingPolicySpec,
+)
 
 
 def _no_workload(inputs: ScaleInputs) -> ScaleResult:
@@ -283,6 +154,10 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     if rule != "tolerance":
         ev.all_within = False
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
+    if ev.c.forecast is not None:
+        load = value / m.target if m.kind == "AverageValue" else ratio * current
+        if math.isfinite(load):
+            ev.loads = [(m.name, load)] if ev.loads is None else [*ev.loads, (m.name, load)]
     if desired > ev.best:
         ev.best, ev.best_rule = desired, rule
     if ev.policy.panic is not None and obs.panic is not None:
@@ -506,7 +381,14 @@ def _damp(
         out, panicked = _panic(ev, state, desired)
         if panicked is not None:
             desired, bound = panicked, "panic"
-    # (forecast: a proactive floor slots in here, before the stabilization windows)
+    if ev.c.forecast is not None:
+        floor = _forecast_floor(ev, desired)
+        if floor is not None:
+            desired, bound = floor, "forecast"
+    if ev.c.reduce is not None:
+        held = _event_reduction(ev, desired)
+        if held is not None:
+            desired, bound = held, "event_reduction"
     stabilized, history = _stabilization(ev, state, desired, step)
     if stabilized is not None:
         desired, bound = stabilized, "stabilization"
@@ -545,6 +427,9 @@ def evaluate(
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
     failures, failing_since = _fallback(ev, state, step_seconds) if ev.failing else (0, None)
+    forecasts = state.forecasts
+    if ev.c.forecast is not None:
+        forecasts = _forecast(ev, state, wl.startup_p90_seconds, step_seconds)
     last_active, cooled_down = state.last_active, False
     if ev.c.zero is not None:
         idle = idle_check(ev.c.zero, ev.active or ev.failing is not None, last_active, now)
@@ -578,7 +463,7 @@ def evaluate(
         events = record_event(events, now, desired - current, now, ev.c.behavior.event_horizon)
     next_state = ScaleState(
         history, events, panic[0], panic[1], failures, last_active,
-        desired if actionable else current, failing_since, panic[2],
+        desired if actionable else current, failing_since, panic[2], forecasts,
     )  # fmt: skip
     result = ScaleResult(
         desired=desired, current=current, bound_by=bound, reasons=ev.reasons,

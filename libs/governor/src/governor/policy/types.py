@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from governor.events import MetricInput, Reason, Rule, WorkloadState
+from governor.policy.forecast import ForecastState
 
 
 class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -38,7 +39,8 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     last_active: the last time load was above the activation threshold (scale to zero);
     expected_replicas: the replicas the previous evaluation left the target at (its decision);
     failing_since: when the current run of evaluations without fresh data began;
-    panic_over_at: the last time the panic window was over the threshold (Knative's panicTime).
+    panic_over_at: the last time the panic window was over the threshold (Knative's panicTime);
+    forecasts: per metric, the forecaster's state (policy/forecast.py), when forecast is on.
     """
 
     recommendations: list[tuple[float, int]] = msgspec.field(default_factory=list)
@@ -50,6 +52,7 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     expected_replicas: int | None = None
     failing_since: float | None = None
     panic_over_at: float | None = None
+    forecasts: dict[str, ForecastState] | None = None
 
 
 class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True):

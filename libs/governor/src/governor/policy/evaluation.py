@@ -1,0 +1,171 @@
+"""What `evaluate` (scale.py) derives from a policy alone, memoized, and one evaluation in
+progress: the values every step of scale.py and headroom.py reads and adds to."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import msgspec
+
+from governor.events import MetricInput, Reason, Rule
+from governor.policy.behavior import ResolvedBehavior, resolve
+from governor.policy.replicas import (
+    Tolerances,
+    per_pod_replicas,
+    usage_ratio_replicas,
+    utilization_replicas,
+    whole_percent,
+)
+from governor.policy.staleness import stale_after
+from governor.spec import (
+    EventReductionSpec,
+    ForecastSpec,
+    MetricSpec,
+    ResourceSource,
+    ScaleToZeroSpec,
+    ScalingPolicySpec,
+)
+
+
+def target_of(metric: MetricSpec) -> float:
+    t = metric.target
+    kind = t.type
+    value = (
+        t.average_utilization
+        if kind == "Utilization"
+        else t.value
+        if kind == "Value"
+        else t.average_value
+    )
+    assert value is not None  # MetricSpec.__post_init__ guarantees it
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    kind: str
+    target: float
+    stale_after: float
+    # KEDA has no fallback for cpu/memory: a failing resource metric only ever holds.
+    fallback_ok: bool
+    # Preformatted for the reasons (float formatting is a visible share of an evaluation).
+    vs_target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """What evaluate derives from a policy alone: resolved behavior, bounds, metric constants."""
+
+    behavior: ResolvedBehavior
+    tol: Tolerances
+    metrics: tuple[Metric, ...]
+    up_window: str
+    down_window: str
+    zero: ScaleToZeroSpec | None  # scale-to-zero, when minReplicas is 0
+    lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
+    hi: int  # maxReplicas or the lower replicaCap, never under lo
+    cap_binds: bool  # hi is the replicaCap
+    forecast: ForecastSpec | None  # when enabled
+    reduce: EventReductionSpec | None  # when enabled
+
+
+_CACHE: dict[int, tuple[ScalingPolicySpec, Compiled]] = {}
+_CACHE_MAX = 4096
+
+
+def compile_policy(policy: ScalingPolicySpec) -> Compiled:
+    """Memoized by identity: a policy is a value (a new version is a new object), and the cache
+    holds a reference, so an id cannot be reused while its entry lives."""
+    hit = _CACHE.get(id(policy))
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    behavior = resolve(policy.behavior)
+    zero = policy.scale_to_zero if policy.min_replicas == 0 else None
+    hi = policy.max_replicas
+    cap_binds = False
+    if policy.replica_cap is not None and policy.replica_cap < hi:
+        hi, cap_binds = policy.replica_cap, True
+    lo = policy.min_replicas if zero is None else 1
+    if hi < lo:
+        hi, cap_binds = lo, False
+    compiled = Compiled(
+        behavior=behavior,
+        tol=behavior.tolerances,
+        zero=zero,
+        lo=lo,
+        hi=hi,
+        cap_binds=cap_binds,
+        forecast=policy.forecast if policy.forecast and policy.forecast.enabled else None,
+        reduce=(
+            policy.event_reduction
+            if policy.event_reduction and policy.event_reduction.enabled
+            else None
+        ),
+        up_window=f"stabilization window {behavior.up.window:.4g} s",
+        down_window=f"stabilization window {behavior.down.window:.4g} s",
+        metrics=tuple(
+            Metric(
+                m.name,
+                m.target.type,
+                target_of(m),
+                stale_after(policy, m),
+                not isinstance(m.source, ResourceSource),
+                f" vs target {target_of(m):.4g}",
+            )
+            for m in policy.metrics
+        ),
+    )
+    if len(_CACHE) >= _CACHE_MAX:
+        del _CACHE[next(iter(_CACHE))]
+    _CACHE[id(policy)] = (policy, compiled)
+    return compiled
+
+
+def ratio(kind: str, value: float, target: float, current: int) -> float:
+    if kind == "Utilization":
+        return whole_percent(value) / target
+    if kind == "Value":
+        return value / target
+    return value / (target * current) if current else math.inf
+
+
+def metric_desired(
+    kind: str, current: int, ready: int, value: float, target: float, tol: Tolerances
+) -> int | None:
+    if kind == "Utilization":
+        return utilization_replicas(current, ready, value, target, tol)
+    if kind == "Value":
+        return usage_ratio_replicas(current, value / target, ready, tol)
+    return per_pod_replicas(current, value, target, tol)
+
+
+class Evaluation(msgspec.Struct):
+    """One evaluation in progress: what every step reads (the policy, the target, now) and
+    what the metric steps found together. A msgspec Struct, built once per evaluation: a
+    dataclass's __init__ costs a visible share of one."""
+
+    policy: ScalingPolicySpec
+    c: Compiled
+    current: int
+    ready: int
+    now: float
+    reasons: list[Reason]  # every step that changes the count adds its Reason here
+    inputs: list[MetricInput]
+    best: int = -1  # the largest count a metric (or the fallback) asks for
+    best_rule: Rule = "metric"
+    invalid: int = 0
+    failing: list[Metric] | None = None  # allocated only when a metric fails
+    failing_age: float = 0.0
+    panic_desired: int | None = None
+    panic_metric: str | None = None
+    active: bool = False
+    newest: float = 0.0
+    all_within: bool = True
+    # Forecast on: each fresh metric's load in replica units (what it asks at exactly its target).
+    loads: list[tuple[str, float]] | None = None
+    floor: int = -1  # the forecast's floor (upper bound at the forecast quantile)
+    floor_load: float = 0.0  # that bound in replica units
+    gate: int = -1  # the count a scale-down must not go under (event reduction)
+    horizon: float = 0.0

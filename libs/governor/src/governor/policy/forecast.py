@@ -1,0 +1,118 @@
+"""Predictive headroom: an online quantile of the load's short-horizon growth.
+
+The method ("a quantile of short-horizon growth", docs/simulation.md says why it beat the
+alternatives tried): the load is kept in replica units (what the metric asks for at exactly its
+target, so the policy's target is the unit), one sample per decision step. Every step adds one
+growth sample: the highest load of the next horizon H over the load H ago, both plus half a
+replica (so an idle workload's noise is not an infinite ratio). The samples go into a fixed
+log-spaced histogram with exponential forgetting (`half_life_seconds`). The forecast of the
+load over [now, now + H] at quantile p is the load now times the growth quantile p:
+
+    upper(p) = (load + ½) × growth_p − ½
+
+The histogram of growth IS the error distribution of the persistence forecast "the load stays",
+so the headroom is a quantile of the forecaster's own recent errors: a volatile series gets
+more margin, a regular one less, and a constant one none (its growth is exactly 1).
+
+Cost: O(1) per evaluation (the quantiles are read from the state), O(bins + H/step) once per
+decision step; the state is a few hundred bytes (BINS floats, at most MAX_STEPS + 1 loads).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+import msgspec
+
+BINS = 33  # bin 0: no growth (ratio ≤ 1); bins 1..32: log-spaced up to MAX_RATIO
+MAX_RATIO = 4.0  # growth beyond this is counted as this (the rate limits bind before it)
+MAX_STEPS = 32  # the longest horizon in decision steps the state keeps loads for
+HALF = 0.5  # the replica added to both sides of a growth ratio
+_LOG_MAX = math.log(MAX_RATIO)
+_EDGES = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))  # upper edge of each bin
+_RENORMALIZE_AT = 1e12
+
+
+class ForecastState(msgspec.Struct, array_like=True, frozen=True):
+    """One metric's forecaster. `loads`: the last samples (replica units), oldest first; `counts`:
+    the growth histogram in weights that grow with time (`weight` is the next sample's), so
+    forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample."""
+
+    at: float = -math.inf
+    loads: tuple[float, ...] = ()
+    counts: tuple[float, ...] = ()
+    weight: float = 1.0
+    total: float = 0.0
+    up: float = 1.0
+    down: float = 1.0
+
+
+def horizon_steps(horizon: float, step: float) -> int:
+    """Decision steps the horizon spans (at least one, at most MAX_STEPS)."""
+    return max(1, min(MAX_STEPS, math.ceil(horizon / step - 1e-9)))
+
+
+def growth_bin(ratio: float) -> int:
+    if ratio <= 1.0:
+        return 0
+    return min(BINS - 1, 1 + int(math.log(ratio) / _LOG_MAX * (BINS - 1)))
+
+
+def quantile(cumulative: list[float], q: float) -> float:
+    """The upper edge of the bin where the cumulative weight reaches q (conservative)."""
+    total = cumulative[-1] if cumulative else 0.0
+    if total <= 0:
+        return 1.0
+    i = bisect.bisect_left(cumulative, q * total)
+    return MAX_RATIO if i >= BINS else _EDGES[i]
+
+
+def observe(
+    state: ForecastState,
+    load: float,
+    now: float,
+    step: float,
+    steps: int,
+    up_q: float,
+    down_q: float,
+    half_life: float,
+) -> ForecastState:
+    """The state after seeing `load` (replica units) at `now`: one sample per decision step."""
+    if now < state.at + step * 0.999:
+        return state  # the decider evaluates more often than once a step: same bucket
+    loads = (*state.loads, max(load, 0.0))[-(steps + 1) :]
+    if len(loads) <= steps:
+        return msgspec.structs.replace(state, at=now, loads=loads)
+    base, ahead = loads[0], max(loads[1:])
+    b = growth_bin((ahead + HALF) / (base + HALF))
+    counts = list(state.counts) if state.counts else [0.0] * BINS
+    weight = state.weight
+    counts[b] += weight
+    total = state.total + weight
+    weight *= 2.0 ** (step / half_life)
+    if weight > _RENORMALIZE_AT:
+        counts = [c / weight for c in counts]
+        total /= weight
+        weight = 1.0
+    cumulative = list(itertools.accumulate(counts))
+    return ForecastState(
+        at=now,
+        loads=loads,
+        counts=tuple(counts),
+        weight=weight,
+        total=total,
+        up=quantile(cumulative, up_q),
+        down=quantile(cumulative, down_q),
+    )
+
+
+def upper(base: float, growth: float) -> float:
+    """The forecast's bound of the load over the horizon (replica units), never below `base`."""
+    return max(base, (base + HALF) * growth - HALF)
+
+
+def replicas_for(load: float) -> int:
+    """The replicas that serve `load` (replica units) at the target: ceil, with float slack."""
+    return max(0, math.ceil(load - 1e-9))

@@ -1,0 +1,98 @@
+"""The forecast and event-reduction steps of `evaluate` (scale.py), after panic and before the
+stabilization windows: the forecast's floor only raises the count (forecast.py), and a
+scale-down waits for the forecast's upper bound and a full step. Both are off in HPA-compatible
+mode (spec.hpa_compatible)."""
+
+from __future__ import annotations
+
+import math
+
+from governor.events import Reason
+from governor.policy import forecast as fc
+from governor.policy.evaluation import Evaluation
+from governor.policy.types import ScaleState
+
+
+def forecast(
+    ev: Evaluation, state: ScaleState, startup: float | None, step: float
+) -> dict[str, fc.ForecastState] | None:
+    """Each fresh metric's forecaster fed (forecast.py), its floor and the scale-down gate."""
+    f = ev.c.forecast
+    assert f is not None
+    known = state.forecasts or {}
+    if not ev.loads:
+        return state.forecasts
+    if f.horizon_seconds is not None:
+        ev.horizon = f.horizon_seconds
+    else:
+        ev.horizon = (startup if startup is not None else f.startup_seconds) + step
+    steps = fc.horizon_steps(ev.horizon, step)
+    down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
+    out = dict(known)
+    for name, load in ev.loads:
+        fs = fc.observe(
+            known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
+            f.half_life_seconds,
+        )  # fmt: skip
+        out[name] = fs
+        bound = fc.upper(load, fs.up)
+        floor = fc.replicas_for(bound)
+        if floor > ev.floor:
+            ev.floor, ev.floor_load = floor, bound
+        ev.gate = max(ev.gate, fc.replicas_for(fc.upper(load, fs.down)))
+    return out
+
+
+_FRESH = fc.ForecastState()
+
+
+def forecast_floor(ev: Evaluation, desired: int) -> int | None:
+    """The forecast only raises the count: the floor, when above the reactive count."""
+    if ev.floor <= desired:
+        return None
+    f, r, current = ev.c.forecast, ev.c.reduce, ev.current
+    assert f is not None
+    if r is not None and desired <= current < ev.floor:
+        # Merged small moves: a raise on the forecast alone waits until it is a full step.
+        least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
+        if ev.floor - current < least:
+            detail = f"forecast asks {ev.floor}: a raise on it alone adds at least {least}"
+            ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+            return None
+    unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
+    detail = (
+        f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
+        f" = {ev.floor_load * unit:.4g} → {ev.floor}"
+    )
+    ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
+    return ev.floor
+
+
+def event_reduction(ev: Evaluation, desired: int) -> int | None:
+    """A scale-down waits until the forecast's upper bound over the horizon is below the new
+    count, and removes at least minStepPercent of the replicas (smaller moves merge)."""
+    r, current = ev.c.reduce, ev.current
+    assert r is not None
+    if desired >= current:
+        return None
+    allowed = max(desired, ev.gate)
+    if allowed >= current:
+        detail = (
+            f"scale-down to {desired} waits: p{r.down_quantile * 100:.4g} of load over next"
+            f" {ev.horizon:.4g} s needs {ev.gate}"
+        )
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return current
+    least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
+    if current - allowed < least:
+        detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return current
+    if allowed != desired:
+        detail = (
+            f"scale-down to {allowed}, not {desired}: p{r.down_quantile * 100:.4g} of load"
+            f" over next {ev.horizon:.4g} s needs {ev.gate}"
+        )
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return allowed
+    return None

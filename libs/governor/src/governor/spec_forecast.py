@@ -1,0 +1,49 @@
+"""governor's predictive sections of a ScalingPolicy: `forecast` and `eventReduction`.
+
+Both change a decision HPA would make from the same inputs, so `spec.hpa_compatible` switches
+them off (`enabled: false`); the policy steps are policy/headroom.py and policy/forecast.py.
+"""
+
+from __future__ import annotations
+
+from governor.spec_base import PolicyError, Spec
+
+
+class ForecastSpec(Spec):
+    """Predictive headroom: a floor from a quantile of the load's growth over the next start-up
+    + decision step. It only raises the count, never lowers it."""
+
+    enabled: bool = True
+    # Which quantile of the recent growth over the horizon the floor covers.
+    quantile: float = 0.9
+    # The horizon; None: the target's learned start-up (p90) plus one decision step.
+    horizon_seconds: float | None = None
+    # The start-up assumed until one is learned from the target's pods.
+    startup_seconds: float = 60.0
+    # Half-life of the growth history: older samples weigh half after this long.
+    half_life_seconds: float = 21600.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.quantile < 1:
+            raise PolicyError("quantile", f"must be in (0, 1), got {self.quantile}")
+        if self.horizon_seconds is not None and self.horizon_seconds <= 0:
+            raise PolicyError("horizonSeconds", "must be > 0")
+        if self.startup_seconds < 0 or self.half_life_seconds <= 0:
+            raise PolicyError("startupSeconds", "startupSeconds >= 0 and halfLifeSeconds > 0")
+
+
+class EventReductionSpec(Spec):
+    """Fewer scale events: a scale-down waits until the forecast's upper bound over the
+    scale-down horizon is below the new count, and small moves merge."""
+
+    enabled: bool = True
+    # The upper bound a scale-down must clear: this quantile of growth over the horizon.
+    down_quantile: float = 0.99
+    # A move removes (or, on the forecast alone, adds) at least this share of the replicas.
+    min_step_percent: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.down_quantile < 1:
+            raise PolicyError("downQuantile", "must be in (0, 1)")
+        if not 0 <= self.min_step_percent < 100:
+            raise PolicyError("minStepPercent", "must be in [0, 100)")

@@ -1,0 +1,186 @@
+"""The forecast (predictive headroom) and the event-reduction steps: properties and reasons."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor.events import WorkloadState
+from governor.inventory.objects import Pod
+from governor.inventory.targets import startup_durations
+from governor.policy import MetricObservation, ScaleInputs, ScaleState, evaluate
+from governor.policy import forecast as fc
+from governor.policy.startup import estimate
+from governor.spec import (
+    Behavior,
+    EventReductionSpec,
+    ForecastSpec,
+    HPAScalingRules,
+    MetricSpec,
+    MetricTarget,
+    ScalingPolicySpec,
+    TargetRef,
+    hpa_compatible,
+)
+
+STEP = 15.0
+TARGET = 10.0
+
+
+def _policy(forecast: bool = True, reduce: bool = False, q: float = 0.9) -> ScalingPolicySpec:
+    return ScalingPolicySpec(
+        target_ref=TargetRef(kind="Deployment", name="w"),
+        max_replicas=500,
+        metrics=[
+            MetricSpec(name="load", target=MetricTarget(type="AverageValue", average_value=TARGET))
+        ],
+        forecast=ForecastSpec(quantile=q) if forecast else None,
+        event_reduction=EventReductionSpec() if reduce else None,
+    )
+
+
+def _inputs(load: float, replicas: int, now: float) -> ScaleInputs:
+    return ScaleInputs(
+        workload=WorkloadState(
+            workload="ns/Deployment/w",
+            spec_replicas=replicas,
+            ready_replicas=replicas,
+            observed_at=now,
+        ),
+        observations={"load": MetricObservation(metric="load", stable=load, newest_sample=now)},
+    )
+
+
+loads = st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=60)
+
+
+@settings(max_examples=80, deadline=None)
+@given(series=loads)
+def test_the_forecast_never_lowers_below_the_reactive_recommendation(series: list[float]) -> None:
+    on = _policy(forecast=True)
+    off = hpa_compatible(on)
+    state, replicas = ScaleState(), 1
+    for i, load in enumerate(series):
+        now = 1_000.0 + STEP * i
+        inputs = _inputs(load, replicas, now)
+        with_fc, next_state = evaluate(on, inputs, state, now)
+        reactive, _ = evaluate(off, inputs, state, now)
+        assert with_fc.desired >= reactive.desired
+        if with_fc.bound_by == "forecast":
+            assert any(
+                r.rule == "forecast" and "forecast: p90 of load over next 75 s" in r.detail
+                for r in with_fc.reasons
+            )
+        state, replicas = next_state, with_fc.desired
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    level=st.floats(min_value=0, max_value=5000, allow_nan=False),
+    q=st.sampled_from([0.5, 0.8, 0.9, 0.99]),
+)
+def test_a_constant_load_converges_to_no_headroom(level: float, q: float) -> None:
+    """Constant load: every growth sample is exactly 1, so the quantile is 1 and the floor is the
+    reactive count itself (no headroom beyond the error quantile, which is 0)."""
+    policy = _policy(q=q)
+    state, replicas = ScaleState(), max(1, math.ceil(level / TARGET))
+    for i in range(40):
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(policy, _inputs(level, replicas, now), state, now)
+        replicas = result.desired
+    assert state.forecasts is not None
+    fs = state.forecasts["load"]
+    assert fs.up == 1.0 and fs.down == 1.0
+    assert replicas == max(1, math.ceil(level / TARGET - 1e-9))
+    assert result.bound_by != "forecast"
+
+
+@settings(max_examples=40, deadline=None)
+@given(series=loads, reduce=st.booleans())
+def test_results_are_deterministic_for_the_same_inputs_and_state(
+    series: list[float], reduce: bool
+) -> None:
+    policy = _policy(reduce=reduce)
+    state, replicas = ScaleState(), 3
+    for i, load in enumerate(series):
+        now = 1_000.0 + STEP * i
+        inputs = _inputs(load, replicas, now)
+        a, sa = evaluate(policy, inputs, state, now)
+        b, sb = evaluate(policy, inputs, state, now)
+        assert a == b and sa == sb
+        state, replicas = sa, a.desired
+
+
+def test_a_volatile_series_gets_more_headroom_than_a_regular_one() -> None:
+    def headroom(series: list[float]) -> float:
+        fs = fc.ForecastState()
+        for i, load in enumerate(series):
+            fs = fc.observe(fs, load, STEP * i, STEP, 5, 0.9, 0.99, 21600.0)
+        return fs.up
+
+    regular = [10.0 + (i % 2) * 0.1 for i in range(400)]
+    # It changes every step (no quiet stretches to learn from), with a spike every 7 steps.
+    volatile = [10.0 * (3 if i % 7 == 0 else 1) + i * 1e-3 for i in range(400)]
+    assert headroom(regular) < headroom(volatile)
+    assert headroom(regular) <= 1.05
+
+
+def test_one_sample_per_step_however_often_it_is_evaluated() -> None:
+    fs = fc.observe(fc.ForecastState(), 5.0, 100.0, STEP, 5, 0.9, 0.99, 3600.0)
+    assert fc.observe(fs, 50.0, 110.0, STEP, 5, 0.9, 0.99, 3600.0) is fs
+    assert fc.observe(fs, 50.0, 115.0, STEP, 5, 0.9, 0.99, 3600.0).loads == (5.0, 50.0)
+
+
+def test_state_stays_small() -> None:
+    policy, state, replicas = _policy(reduce=True), ScaleState(), 1
+    for i in range(500):
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(
+            policy, _inputs(100 + 90 * math.sin(i / 7), replicas, now), state, now
+        )
+        replicas = result.desired
+    assert len(msgspec.json.encode(state)) <= 4096
+
+
+def test_event_reduction_waits_for_a_full_step_and_names_its_rule() -> None:
+    no_window = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=0))
+    policy = msgspec.structs.replace(_policy(forecast=True, reduce=True), behavior=no_window)
+    state = ScaleState()
+    for i in range(30):  # a steady 200 → 20 replicas
+        now = 1_000.0 + STEP * i
+        _, state = evaluate(policy, _inputs(200.0, 20, now), state, now)
+    now = 1_000.0 + STEP * 30
+    small, _ = evaluate(policy, _inputs(195.0, 20, now), state, now)
+    assert small.desired == 20  # one replica fewer is under 10 %: merged
+    assert small.bound_by in ("event_reduction", "tolerance")
+    big, _ = evaluate(policy, _inputs(100.0, 20, now), state, now)
+    assert big.desired < 20
+
+
+def test_startup_estimate_is_the_median_and_p90_of_the_newest() -> None:
+    assert estimate([]) == (None, None)
+    assert estimate([60.0]) == (60.0, 60.0)
+    assert estimate([float(i) for i in range(1, 11)]) == (5.0, 9.0)
+    assert estimate([1000.0] + [30.0] * 32) == (30.0, 30.0)  # older than the newest 32
+
+
+def test_the_collector_learns_startup_from_pods() -> None:
+    def pod(created: str, ready: str | None) -> Pod:
+        status: dict[str, object] = {"phase": "Running", "conditions": []}
+        if ready is not None:
+            status["conditions"] = [
+                {"type": "Ready", "status": "True", "lastTransitionTime": ready}
+            ]
+        return msgspec.convert(
+            {"metadata": {"name": "p", "creationTimestamp": created}, "status": status}, Pod
+        )
+
+    pods = [
+        pod("2026-01-01T00:01:00Z", "2026-01-01T00:02:30Z"),
+        pod("2026-01-01T00:00:00Z", "2026-01-01T00:00:45Z"),
+        pod("2026-01-01T00:03:00Z", None),  # not ready yet: no start-up known
+    ]
+    assert startup_durations(pods) == [45.0, 90.0]
