@@ -335,7 +335,8 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 # Kafka principals: one per service, plus `admin` (creates topics and ACLs at deploy time, a
 # super user), `viewer` (reads what `governor explain`/`ab` and subscribers read) and
-# `metrics-producer` (apps and load generators writing samples directly).
+# `metrics-producer` (apps and load generators writing samples directly), and
+# `metrics-adapter` (governor-metrics-adapter, serving the load windows to HPAs).
 Principal = Literal[
     "collector",
     "cluster-collector",
@@ -345,6 +346,7 @@ Principal = Literal[
     "admin",
     "viewer",
     "metrics-producer",
+    "metrics-adapter",
 ]
 PRINCIPALS: tuple[Principal, ...] = (
     "collector",
@@ -355,6 +357,7 @@ PRINCIPALS: tuple[Principal, ...] = (
     "admin",
     "viewer",
     "metrics-producer",
+    "metrics-adapter",
 )
 
 
@@ -420,7 +423,8 @@ LOAD: Topic[LoadWindow] = Topic(
     lambda w: w.workload,
     "workload",
     writers=("aggregator",),
-    readers=("decider", "viewer"),
+    # the metrics adapter reads it group-less, from the newest offsets
+    readers=("decider", "viewer", "metrics-adapter"),
     groups=(("decider", "governor-decider"),),
 )
 POLICIES: Topic[PolicyRecord] = Topic(
