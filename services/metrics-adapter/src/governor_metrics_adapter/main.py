@@ -101,7 +101,7 @@ class Service:
     async def _trust(self) -> tuple[str, list[str]]:
         s = self.settings.serve
         if s.requestheader_client_ca_file:
-            ca = Path(s.requestheader_client_ca_file).read_text()
+            ca = await asyncio.to_thread(Path(s.requestheader_client_ca_file).read_text)
             return ca, list(s.requestheader_allowed_names)
         async with await connect(self.settings.kubeconfig) as api:
             return await front_proxy_trust(Kube(api))
