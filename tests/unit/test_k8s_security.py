@@ -15,6 +15,7 @@ from governor_actuator.config import ActuatorSettings
 from governor_aggregator.main import AggregatorSettings
 from governor_collector.config import CollectorSettings
 from governor_decider.main import DeciderSettings
+from governor_metrics_adapter.config import MetricsAdapterSettings
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
 SETTINGS: dict[str, type[Any]] = {
@@ -22,6 +23,7 @@ SETTINGS: dict[str, type[Any]] = {
     "aggregator": AggregatorSettings,
     "decider": DeciderSettings,
     "actuator": ActuatorSettings,
+    "metrics-adapter": MetricsAdapterSettings,
 }
 
 
@@ -60,3 +62,27 @@ def test_the_collector_authenticates_pushes_with_the_cluster() -> None:
             "verbs": ["create"],
         }
     ]
+
+
+def test_the_metrics_adapter_may_read_only_the_front_proxys_trust() -> None:
+    """Its ServiceAccount is bound to the built-in kube-system Role that reads
+    extension-apiserver-authentication, and to nothing else; the HPA controller may read
+    external.metrics.k8s.io."""
+    docs = [d for d in yaml.safe_load_all((BASE / "rbac-metrics-adapter.yaml").read_text()) if d]
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    mine = [b for b in bindings if b["subjects"][0]["name"] == "governor-metrics-adapter"]
+    assert [(b["kind"], b["metadata"]["namespace"], b["roleRef"]["name"]) for b in mine] == [
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader")
+    ]
+    hpa = next(b for b in bindings if b["subjects"][0]["name"] == "horizontal-pod-autoscaler")
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert hpa["roleRef"]["name"] == role["metadata"]["name"]
+    assert role["rules"] == [
+        {"apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list"]}
+    ]
+    api = next(d for d in docs if d["kind"] == "APIService")
+    assert api["spec"]["service"]["name"] == "governor-metrics-adapter"
+    s = load_settings(
+        MetricsAdapterSettings, "UNUSED", env={}, file=BASE / "config" / "metrics-adapter.yaml"
+    )
+    assert s.serve.tls_cert_file.startswith("/var/run/secrets/governor/tls/")
