@@ -396,6 +396,9 @@ class ScalingPolicySpec(_Spec):
     elastic: ElasticSpec | None = None
     # Optional hard cap, e.g. the partition count of a Kafka-lag consumer.
     replica_cap: int | None = None
+    # Shadow: evaluated on the same live inputs as the target's Active policy, its decisions
+    # published to governor.shadow-decisions and never actuated (governor.shadow).
+    mode: Literal["Active", "Shadow"] = "Active"
 
     def __post_init__(self) -> None:
         _check_spec(self)

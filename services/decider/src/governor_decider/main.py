@@ -434,9 +434,9 @@ class Decider:
         producer = self.producer
         await producer.wait(
             [
-                await producer.publish(events.DECIDER_STATE, out.checkpoint)
+                await producer.publish(events.DECIDER_STATE, cp)
                 for _, out in outs
-                if out.checkpoint is not None
+                for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
             ]
         )
         acks: list[asyncio.Future[Any] | None] = []
@@ -476,6 +476,8 @@ class Decider:
                 observed = self.core.workloads.get(workload)
                 if observed is not None:
                     self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
+        for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
+            acks.append(await self.producer.publish(events.SHADOW_DECISIONS, shadow))
         d = out.decision
         if d is not None:
             acks.append(await self.producer.publish(self.decisions_topic, d))
