@@ -153,8 +153,8 @@ def compare(
     scores = []
     for arm in arms:
         cols = per_arm[arm.name]
-        v, h, e = (_interval(totals(c), sum(c)) for c in cols)
-        scores.append(ArmScore(arm.name, v, h, e, series=series[arm.name]))
+        viol, hours, evs = (_interval(totals(c), sum(c)) for c in cols)
+        scores.append(ArmScore(arm.name, viol, hours, evs, series=series[arm.name]))
     active = arms[0].name
     diffs: dict[str, dict[str, Interval]] = {}
     for arm in arms[1:]:
