@@ -295,6 +295,7 @@ kcm_up() { # the API server runs; the lock is held
   local port
   port="$(free_port)"
   echo "$port" >"$RUN_DIR/kcm-port"
+  echo "$HPA_SYNC_PERIOD" >"$RUN_DIR/kcm-sync-period" # what tests scale trace time by
   log "starting kube-controller-manager (HPA only, sync ${HPA_SYNC_PERIOD}, log: $KCM_LOG)"
   echo "=== $(date -u +%FT%TZ) start" >>"$KCM_LOG"
   setsid "$KCM_BIN" --kubeconfig="$KCM_KUBECONFIG" \
@@ -327,7 +328,7 @@ kcm_down() { # the lock is held
   local deadline=$((SECONDS + 30))
   while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
   kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$KCM_PIDFILE" "$RUN_DIR/kcm-port"
+  rm -f "$KCM_PIDFILE" "$RUN_DIR/kcm-port" "$RUN_DIR/kcm-sync-period"
   log "kube-controller-manager stopped"
 }
 
