@@ -2,7 +2,7 @@
 
 Runs tests/integration/test_hpa_live.py (the real kube-apiserver and kube-controller-manager,
 governor-metrics-adapter, Kafka; see governor_tools.hpa_live) on each segment and prints one
-`hpa-live <trace>[a:b]: ...` line per segment, then `hpa-live all: ...`. Wall time is trace
+`hpa-live <trace>[a:b]: ...` line per segment. Wall time is trace
 time / 7.5 (the controller syncs every 2 s for HPA's 15 s).
 
     uv run python bench/hpa_live.py                       # the default three segments

@@ -19,7 +19,6 @@ import bisect
 import contextlib
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -203,8 +202,3 @@ async def run_live(
 def capacity_for(trace: Trace, peak_replicas: int = 12, utilization: float = 0.7) -> float:
     """A per-replica capacity that puts the segment's peak at about `peak_replicas`."""
     return max(trace.values) / (utilization * peak_replicas)
-
-
-def summary(results: Sequence[Result]) -> str:
-    within = sum(r.agreement * r.seconds for r in results) / max(1, sum(r.seconds for r in results))
-    return f"hpa-live all: {len(results)} segments, within ±1 replica {100 * within:.1f} %"
