@@ -9,8 +9,8 @@
 # (+ promtool), kcat, redis-server, rabbitmq-server, kubectl. As root (or with password-less
 # sudo) they are installed with apt-get; otherwise the exact command is printed and, under
 # CI=true, the script fails (a missing component would fail the tests there anyway).
-# Built from Go modules and cached (progress on stderr): the dev kube-apiserver + etcd
-# (deploy/devcluster) and helm (deploy/helm). Resolved from Maven Central and cached: Kafka's jars.
+# Built from Go modules and cached (progress on stderr): the dev kube-apiserver + etcd and the
+# kube-controller-manager (HPA controller; deploy/devcluster) and helm (deploy/helm). Resolved from Maven Central and cached: Kafka's jars.
 # Docker is not installed: the compose tests need a Docker engine and skip without one.
 set -uo pipefail
 

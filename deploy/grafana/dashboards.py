@@ -163,6 +163,23 @@ def overview() -> dash.Dashboard:
                 "recommendation; min and max from the policy.",
             )
         )
+        .with_panel(
+            series(
+                "Shadow policies against the active one",
+                [
+                    (
+                        'governor_decider_replicas{workload=~"$workload",kind="current"}',
+                        "{{workload}} active",
+                    ),
+                    (
+                        'governor_decider_shadow_replicas{workload=~"$workload"}',
+                        "{{workload}} shadow {{policy}}",
+                    ),
+                ],
+                description="The replicas each Shadow policy's arm asked for (never actuated) "
+                "beside the active policy's; `governor ab` scores them.",
+            )
+        )
         .with_row(dash.Row("Decisions"))
         .with_panel(
             series(

@@ -84,7 +84,7 @@ BOOTSTRAP="$ADVERTISED_HOST:$PORT"
 SECRETS="$INST/secrets"
 CLIENTS="$INST/clients"
 # governor.events.PRINCIPALS (a unit test keeps the two lists equal)
-PRINCIPALS="collector cluster-collector aggregator decider actuator admin viewer metrics-producer"
+PRINCIPALS="collector cluster-collector aggregator decider actuator admin viewer metrics-producer metrics-adapter"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 say() { echo "kafka.sh: $*" >&2; }
@@ -230,6 +230,14 @@ make_secrets() {
     )
     mv "$SECRETS/passwords.tmp" "$SECRETS/passwords"
   fi
+  local q
+  for q in $PRINCIPALS; do # a principal added since these secrets were made
+    [[ -n "$(password_of "$q")" ]] && continue
+    # SCRAM users are made when the storage is formatted: a formatted broker cannot get one here.
+    [[ -f "$DATA/meta.properties" ]] \
+      && die "principal $q is new since $DATA was formatted: kafka.sh reset --secure, then up --secure"
+    (umask 077 && echo "$q=$(random_secret)" >>"$SECRETS/passwords")
+  done
   [[ -f "$SECRETS/broker.p12" && -f "$SECRETS/truststore.p12" && -f "$SECRETS/ca.pem" ]] \
     && return 0
   command -v keytool >/dev/null 2>&1 || die "keytool not found (it comes with the JDK/JRE)"

@@ -98,7 +98,14 @@ def test_allowed_namespaces_agree_with_the_actuator_config() -> None:
     deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
     assert set(deployments) == {
         f"governor-{s}"
-        for s in ("collector", "cluster-collector", "aggregator", "decider", "actuator")
+        for s in (
+            "collector",
+            "cluster-collector",
+            "aggregator",
+            "decider",
+            "actuator",
+            "metrics-adapter",
+        )
     }
     for name, d in deployments.items():
         (c,) = d["spec"]["template"]["spec"]["containers"]

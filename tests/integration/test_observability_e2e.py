@@ -90,6 +90,7 @@ PER_WORKLOAD = (
     "governor_decider_metric_value",
     "governor_decider_metric_target",
     "governor_decider_replicas",
+    "governor_decider_shadow_replicas",
     "governor_decider_workload_decisions_total",
     "governor_decider_panic_mode",
     "governor_decider_shortfall_replicas",
@@ -287,6 +288,16 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             maxReplicas=20,
             metrics=[{"name": "rps", "target": target}],
             panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        ),
+        # A Shadow of web asking for twice as many: the shadow panel's series.
+        _policy_obj(
+            ns,
+            "web-shadow",
+            pool,
+            targetRef={"kind": "Deployment", "name": "web"},
+            maxReplicas=20,
+            metrics=[{"name": "rps", "target": {"type": "AverageValue", "averageValue": 5}}],
+            mode="Shadow",
         ),
         _policy_obj(
             ns,

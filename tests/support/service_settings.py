@@ -11,6 +11,7 @@ from governor_aggregator.main import AggregatorSettings
 from governor_collector.cluster.collector import ClusterCollectorSettings
 from governor_collector.config import CollectorSettings
 from governor_decider.main import DeciderSettings
+from governor_metrics_adapter.config import MetricsAdapterSettings
 
 SETTINGS: dict[str, type[Any]] = {
     "collector": CollectorSettings,
@@ -18,6 +19,7 @@ SETTINGS: dict[str, type[Any]] = {
     "aggregator": AggregatorSettings,
     "decider": DeciderSettings,
     "actuator": ActuatorSettings,
+    "metrics-adapter": MetricsAdapterSettings,
 }
 
 

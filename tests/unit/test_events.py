@@ -76,6 +76,19 @@ def examples() -> dict[str, msgspec.Struct]:
             newest_input=59.5,
             decided_at=60.0,
         ),
+        events.SHADOW_DECISIONS.name: events.ScaleDecision(
+            decision_id=f"{wl}#shop/web-shadow#3",
+            workload=wl,
+            seq=3,
+            from_replicas=2,
+            to_replicas=4,
+            reasons=[reason],
+            inputs=[inp],
+            policy_generation=1,
+            newest_input=59.5,
+            decided_at=60.0,
+            policy="shop/web-shadow",
+        ),
         events.ACTUATIONS.name: events.Actuation(
             decision_id="d1", workload=wl, seq=7, outcome="applied", reason="ok"
         ),

@@ -20,6 +20,7 @@ from governor_aggregator.main import AggregatorSettings
 from governor_collector.cluster.collector import ClusterCollectorSettings
 from governor_collector.config import CollectorSettings
 from governor_decider.main import DeciderSettings
+from governor_metrics_adapter.config import MetricsAdapterSettings
 from tests.support.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,7 @@ SETTINGS: dict[str, tuple[type[Any], str]] = {
     "aggregator": (AggregatorSettings, "GOVERNOR_AGGREGATOR"),
     "decider": (DeciderSettings, "GOVERNOR_DECIDER"),
     "actuator": (ActuatorSettings, "GOVERNOR_ACTUATOR"),
+    "metrics-adapter": (MetricsAdapterSettings, "GOVERNOR_METRICS_ADAPTER"),
 }
 
 
@@ -93,7 +95,7 @@ def test_service_monitor_selects_a_service_per_deployment_on_its_port() -> None:
         if o["kind"] == "Service" and selector.items() <= o["metadata"]["labels"].items()
     ]
     deployments = [d for d in _docs(BASE / "deployments.yaml") if d["kind"] == "Deployment"]
-    assert len(services) == len(deployments) == 5
+    assert len(services) == len(deployments) == 6
     port_name = monitor["spec"]["endpoints"][0]["port"]
     job_label = monitor["spec"]["jobLabel"]
     for d in deployments:

@@ -12,6 +12,7 @@ import yaml
 from governor.events import PRINCIPALS
 from governor.settings import load_settings
 from governor_collector.config import CollectorSettings
+from governor_metrics_adapter.config import MetricsAdapterSettings
 from tests.support.service_settings import SETTINGS, kafka_of
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
@@ -63,3 +64,27 @@ def test_every_service_uses_the_same_sasl_ssl_bootstrap() -> None:
         for service, typ in SETTINGS.items()
     }
     assert set(bootstraps.values()) == {"kafka.governor-system.svc:9094"}, bootstraps
+
+
+def test_the_metrics_adapter_may_read_only_the_front_proxys_trust() -> None:
+    """Its ServiceAccount is bound to the built-in kube-system Role that reads
+    extension-apiserver-authentication, and to nothing else; the HPA controller may read
+    external.metrics.k8s.io."""
+    docs = [d for d in yaml.safe_load_all((BASE / "rbac-metrics-adapter.yaml").read_text()) if d]
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    mine = [b for b in bindings if b["subjects"][0]["name"] == "governor-metrics-adapter"]
+    assert [(b["kind"], b["metadata"]["namespace"], b["roleRef"]["name"]) for b in mine] == [
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader")
+    ]
+    hpa = next(b for b in bindings if b["subjects"][0]["name"] == "horizontal-pod-autoscaler")
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert hpa["roleRef"]["name"] == role["metadata"]["name"]
+    assert role["rules"] == [
+        {"apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list"]}
+    ]
+    api = next(d for d in docs if d["kind"] == "APIService")
+    assert api["spec"]["service"]["name"] == "governor-metrics-adapter"
+    s = load_settings(
+        MetricsAdapterSettings, "UNUSED", env={}, file=BASE / "config" / "metrics-adapter.yaml"
+    )
+    assert s.serve.tls_cert_file.startswith("/var/run/secrets/governor/tls/")

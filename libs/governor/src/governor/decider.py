@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from governor import shadow as sh
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -114,6 +115,9 @@ class Outputs:
     checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
     decisions: list[ScaleDecision] = field(default_factory=list)
     shortfalls: list[Shortfall] = field(default_factory=list)
+    # Shadow policies (governor.shadow): checkpoints acknowledged before their decisions.
+    shadow_checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
+    shadow_decisions: list[ScaleDecision] = field(default_factory=list)
 
 
 @dataclass
@@ -149,11 +153,19 @@ class DeciderCore:
     # The quotas and queues tables (topics governor.quotas, governor.queues), by key.
     quotas: dict[str, QuotaState] = field(default_factory=dict)
     queues: dict[str, QueueState] = field(default_factory=dict)
+    # Shadow policies by workload, then policy key; their memory by (workload, policy key).
+    shadows: dict[str, dict[str, ScalingPolicy]] = field(default_factory=dict)
+    shadow_memory: dict[tuple[str, str], sh.ShadowMemory] = field(default_factory=dict)
 
     # --- inputs ---------------------------------------------------------------------------
 
     def on_policy(self, key: str, policy: ScalingPolicy | None) -> None:
         """A policy record (None: its tombstone)."""
+        for shadows in self.shadows.values():
+            shadows.pop(key, None)
+        if policy is not None and policy.spec.mode == "Shadow":
+            self.shadows.setdefault(policy.workload, {})[key] = policy
+            policy = None  # and it is no longer the Active one, if it was
         old = self.policy_keys.pop(key, None)
         if old is not None:
             self.policies.pop(old, None)
@@ -198,6 +210,11 @@ class DeciderCore:
 
     def on_checkpoint(self, cp: DeciderCheckpoint) -> None:
         """Restore after a restart; never goes back to an older checkpoint."""
+        if cp.policy:
+            held = self.shadow_memory.get((cp.workload, cp.policy))
+            if held is None or held.seq <= cp.seq:
+                self.shadow_memory[(cp.workload, cp.policy)] = sh.restore(cp)
+            return
         if cp.workload.startswith(POOL_PREFIX):
             pool = cp.workload.removeprefix(POOL_PREFIX)
             known = self.pools.get(pool)
@@ -280,6 +297,27 @@ class DeciderCore:
         return mem.last_to if in_flight and mem.last_to is not None else observed.spec_replicas
 
     def decide(self, workload: str, now: float) -> Outputs:
+        out = self._decide_active(workload, now)
+        if self.shadows.get(workload) and workload in self.policies:
+            self._shadows(workload, now, out)
+        return out
+
+    def _shadows(self, workload: str, now: float, out: Outputs) -> None:
+        """Each Shadow policy of the workload on the same inputs (never actuated)."""
+        observed = self.workloads.get(workload)
+        if observed is None:
+            return
+        windows = self.windows.get(workload, {})
+        for key, policy in sorted(self.shadows[workload].items()):
+            mem = self.shadow_memory.get((workload, key), sh.ShadowMemory())
+            d, mem = sh.evaluate_shadow(policy, observed, windows, mem, now,
+                                        step_seconds=self.step_seconds)  # fmt: skip
+            self.shadow_memory[(workload, key)] = mem
+            if d is not None:
+                out.shadow_checkpoints.append(sh.checkpoint(workload, key, mem, now))
+                out.shadow_decisions.append(d)
+
+    def _decide_active(self, workload: str, now: float) -> Outputs:
         s1 = self._stage1(workload, now)
         if isinstance(s1, Outputs):
             return s1

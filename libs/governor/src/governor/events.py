@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -332,6 +332,9 @@ class DeciderCheckpoint(Event):
     # A pool's checkpoint (workload = "pool:<name>"): msgpack of its last
     # `governor.policy.allocate.Allocation`, handed back to `allocate` as `previous`.
     allocation: bytes = b""
+    # A Shadow policy's memory (namespace/name of the policy; governor.shadow): its own key,
+    # so that a shadow never overwrites the Active policy's state or seq.
+    policy: str = ""
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -341,7 +344,8 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 # Kafka principals: one per service, plus `admin` (creates topics and ACLs at deploy time, a
 # super user), `viewer` (reads what `governor explain`/`ab` and subscribers read) and
-# `metrics-producer` (apps and load generators writing samples directly).
+# `metrics-producer` (apps and load generators writing samples directly), and
+# `metrics-adapter` (governor-metrics-adapter, serving the load windows to HPAs).
 Principal = Literal[
     "collector",
     "cluster-collector",
@@ -351,17 +355,9 @@ Principal = Literal[
     "admin",
     "viewer",
     "metrics-producer",
+    "metrics-adapter",
 ]
-PRINCIPALS: tuple[Principal, ...] = (
-    "collector",
-    "cluster-collector",
-    "aggregator",
-    "decider",
-    "actuator",
-    "admin",
-    "viewer",
-    "metrics-producer",
-)
+PRINCIPALS: tuple[Principal, ...] = get_args(Principal)
 
 
 @dataclass(frozen=True)
@@ -426,7 +422,8 @@ LOAD: Topic[LoadWindow] = Topic(
     lambda w: w.workload,
     "workload",
     writers=("aggregator",),
-    readers=("decider", "viewer"),
+    # the metrics adapter reads it group-less, from the newest offsets
+    readers=("decider", "viewer", "metrics-adapter"),
     groups=(("decider", "governor-decider"),),
 )
 POLICIES: Topic[PolicyRecord] = Topic(
@@ -502,6 +499,16 @@ DECISIONS: Topic[ScaleDecision] = Topic(
     readers=("actuator", "viewer"),
     groups=(("actuator", "governor-actuator"),),
 )
+# What each Shadow policy would have decided (its `policy` names it; seq per (workload, policy)).
+# Never actuated: the actuator has no right to read it.
+SHADOW_DECISIONS: Topic[ScaleDecision] = Topic(
+    "governor.shadow-decisions",
+    ScaleDecision,
+    lambda d: d.workload,
+    "workload",
+    writers=("decider",),
+    readers=("viewer",),
+)
 ACTUATIONS: Topic[Actuation] = Topic(
     "governor.actuations",
     Actuation,
@@ -522,8 +529,8 @@ SHORTFALLS: Topic[Shortfall] = Topic(
 DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     "governor.decider-state",
     DeciderCheckpoint,
-    lambda c: c.workload,
-    "workload",
+    lambda c: f"{c.workload}#{c.policy}" if c.policy else c.workload,
+    "workload (a Shadow policy's: workload#namespace/name of the policy)",
     compacted=True,
     retention_ms=None,
     writers=("decider",),
@@ -538,6 +545,7 @@ TOPICS: tuple[Topic[Any], ...] = (
     CLUSTER,
     RECOMMENDATIONS,
     DECISIONS,
+    SHADOW_DECISIONS,
     ACTUATIONS,
     SHORTFALLS,
     DECIDER_STATE,

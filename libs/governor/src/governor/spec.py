@@ -395,6 +395,9 @@ class ScalingPolicySpec(_Spec):
     # governor's predictive additions; hpa_compatible() switches both off.
     forecast: ForecastSpec | None = None
     event_reduction: EventReductionSpec | None = None
+    # Shadow: evaluated on the same live inputs as the target's Active policy, its decisions
+    # published to governor.shadow-decisions and never actuated (governor.shadow).
+    mode: Literal["Active", "Shadow"] = "Active"
 
     def __post_init__(self) -> None:
         _check_spec(self)

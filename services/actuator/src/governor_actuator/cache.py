@@ -75,9 +75,10 @@ class PolicyIndex:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
         ref = (obj.get("spec") or {}).get("targetRef") or {}
-        self.by_workload.setdefault(
-            f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}", name
-        )
+        if (obj.get("spec") or {}).get("mode", "Active") == "Active":  # a Shadow never scales
+            self.by_workload.setdefault(
+                f"{meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}", name
+            )
         try:
             value: ScalingPolicy | PolicyError = policy_from_obj(obj)
         except PolicyError as err:

@@ -65,6 +65,11 @@ REPLICAS = Gauge(
     "Replicas per workload: current (observed), desired (recommended), min and max.",
     ["workload", "kind"],
 )
+SHADOW_REPLICAS = Gauge(
+    "governor_decider_shadow_replicas",
+    "Replicas a Shadow policy's arm last asked for (never actuated), by workload and policy.",
+    ["workload", "policy"],
+)
 PANIC = Gauge("governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"])
 SHORTFALLS = Counter(
     "governor_decider_shortfalls_total",
@@ -434,9 +439,9 @@ class Decider:
         producer = self.producer
         await producer.wait(
             [
-                await producer.publish(events.DECIDER_STATE, out.checkpoint)
+                await producer.publish(events.DECIDER_STATE, cp)
                 for _, out in outs
-                if out.checkpoint is not None
+                for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
             ]
         )
         acks: list[asyncio.Future[Any] | None] = []
@@ -476,6 +481,9 @@ class Decider:
                 observed = self.core.workloads.get(workload)
                 if observed is not None:
                     self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
+        for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
+            acks.append(await self.producer.publish(events.SHADOW_DECISIONS, shadow))
+            self._child(SHADOW_REPLICAS, workload, shadow.policy).set(shadow.to_replicas)
         d = out.decision
         if d is not None:
             acks.append(await self.producer.publish(self.decisions_topic, d))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from governor_tools.cli import (
+    ab,
     cluster,
     demo,
     dev,
@@ -24,5 +25,5 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (cluster, demo, dev, explain, importer, policies, scenario, schema, sim, topics):
+for module in (ab, cluster, demo, dev, explain, importer, policies, scenario, schema, sim, topics):
     module.register(app)

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from governor import events
 from governor.bus import Producer, default_bootstrap, read_table
+from governor.shadow import mode_problems
 from governor.spec import PolicyError, policies_from_yaml
 from governor.topics import ensure_topics
 
@@ -90,13 +91,16 @@ def register(app: typer.Typer) -> None:
     def list_(bootstrap: str | None = BOOTSTRAP) -> None:
         """The policies in force: the compacted topic read to its end."""
         table = asyncio.run(read_table(bootstrap or default_bootstrap(), events.POLICIES))
-        out = Table("policy", "target", "min", "max", "metrics", "pool", "priority", "origin")
+        out = Table(
+            "policy", "target", "mode", "min", "max", "metrics", "pool", "priority", "origin"
+        )
         for key in sorted(table):
             rec = table[key]
             spec = rec.policy.spec
             out.add_row(
                 key,
                 rec.policy.workload,
+                spec.mode,
                 str(spec.min_replicas),
                 str(spec.max_replicas),
                 ", ".join(m.name for m in spec.metrics),
@@ -105,5 +109,7 @@ def register(app: typer.Typer) -> None:
                 rec.origin,
             )
         Console().print(out)
+        for problem in mode_problems(rec.policy for rec in table.values()):
+            typer.echo(f"warning: {problem}", err=True)
 
     app.add_typer(policies, name="policies")

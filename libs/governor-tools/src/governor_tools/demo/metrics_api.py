@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import shutil
-import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -36,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from governor.front_proxy import is_front_proxy, server_context
 from governor.kube import Kube
 from governor_tools.demo import scenario as sc
 
@@ -155,7 +154,7 @@ class MetricsServer:
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
         cert = request.transport.get_extra_info("peercert") if request.transport else None
-        if not cert or not self._allowed(cert):
+        if not is_front_proxy(cert, self.allowed_names):
             self.rejected += 1
             return _status(401, "Unauthorized", "a front-proxy client certificate is required")
         self.requests += 1
@@ -166,15 +165,6 @@ class MetricsServer:
         return response
 
     allowed_names: frozenset[str] = frozenset()
-
-    def _allowed(self, cert: dict[str, Any]) -> bool:
-        if not self.allowed_names:
-            return True
-        for rdn in cert.get("subject", ()):
-            for key, value in rdn:
-                if key == "commonName" and value in self.allowed_names:
-                    return True
-        return False
 
     async def _discovery(self, request: web.Request) -> web.Response:
         resources = [
@@ -226,10 +216,7 @@ class MetricsServer:
         ca, crt, key = await asyncio.to_thread(make_certs, self.folder)
         self.ca_bundle = ca.read_bytes()
         self.allowed_names = frozenset(allowed_names)
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(crt, key)
-        ctx.load_verify_locations(cadata=front_proxy_ca)
-        ctx.verify_mode = ssl.CERT_OPTIONAL  # checked per request: 401 without one
+        ctx = server_context(crt, key, front_proxy_ca)  # checked per request: 401 without one
         app = web.Application(middlewares=[self._front_proxy_only])
         root = f"/apis/{GROUP_VERSION}"
         app.router.add_get(root, self._discovery)
@@ -288,16 +275,6 @@ async def register(kube: Kube, server: MetricsServer) -> None:
         },
         field_manager="governor-demo",
     )
-
-
-async def front_proxy_trust(kube: Kube) -> tuple[str, list[str]]:
-    """The request-header CA and allowed client names the API server publishes."""
-    cm = await kube.get("v1", "configmaps", "extension-apiserver-authentication",
-                        namespace="kube-system")  # fmt: skip
-    data = cm.get("data") or {}
-    ca = str(data.get("requestheader-client-ca-file", ""))
-    names = json.loads(data.get("requestheader-allowed-names") or "[]")
-    return ca, [str(n) for n in names]
 
 
 async def wait_available(kube: Kube, timeout_s: float = 60.0) -> bool:

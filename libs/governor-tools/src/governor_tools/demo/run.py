@@ -18,6 +18,7 @@ import yaml
 
 from governor import events
 from governor.bus import Consumer
+from governor.front_proxy import front_proxy_trust
 from governor.inventory import parse_quantity
 from governor.kube import Kube, KubeError, connect
 from governor.topics import ensure_topics
@@ -287,7 +288,7 @@ class Demo:
     async def _serve_metrics(self, kube: Kube, metrics: metrics_api.MetricsServer) -> None:
         """metrics.k8s.io through the aggregation layer; the demo goes on without it."""
         try:
-            ca, names = await metrics_api.front_proxy_trust(kube)
+            ca, names = await front_proxy_trust(kube)
             await metrics.start(ca, names)
             await metrics_api.register(kube, metrics)
             ok = await metrics_api.wait_available(kube, 30.0)
