@@ -16,8 +16,7 @@ Rules it keeps:
 - before a decision, a checkpoint (seq, history, rate-limit events, panic state) is emitted:
   the service writes it, waits for the acknowledgement, then publishes the decision.
 
-Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it
-(`on_node`). Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation
+Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it. Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation
 per workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of
 a load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
 every workload of such pools, then `decide_pool` once per pool), and emits a decision only for a
@@ -29,14 +28,21 @@ paths (`policy.elastic`). The pool's previous Allocation is kept in memory and c
 remembered in memory only (after a restart the current ones are published once more).
 The quotas and queues tables (`on_quota`, `on_queue`) constrain every pool's allocation
 (`policy.quotas.constraints`: a quota's workloads in other pools count at their spec replicas).
-Stage 2 assumes this instance sees every workload of the pool it decides (one decider per set of
-pools); a workload of the pool never recommended yet is not in the allocation.
+
+Several deciders (`role`): the service runs a "stage1" core (the workloads of the load
+partitions it owns; it only recommends, for every pool; its checkpoints, keyed by workload, are
+flushed by `checkpoints_due` before the load offsets are committed) and a "stage2" core (the
+recommendations of the pools it owns: `decide_recommended` or `decide_pool`; checkpoints keyed
+"decision:<workload>"). A split core applies a checkpoint on the workload's (pool's) first use,
+so a journal replay and the service agree; `assign` drops what it no longer owns. The default
+role "both" holds both stages in one memory (the simulator, tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
@@ -52,6 +58,7 @@ from governor.events import (
     Shortfall,
     WorkloadState,
 )
+from governor.ownership import Ownership
 from governor.policy import elastic as el
 from governor.policy import evaluate
 from governor.policy.allocate import Allocation
@@ -74,6 +81,8 @@ _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
 _ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
 _ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
 POOL_PREFIX = "pool:"
+DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
+Role = Literal["both", "stage1", "stage2"]
 
 
 def pool_key(pool: str) -> str:
@@ -149,6 +158,16 @@ class DeciderCore:
     # The quotas and queues tables (topics governor.quotas, governor.queues), by key.
     quotas: dict[str, QuotaState] = field(default_factory=dict)
     queues: dict[str, QueueState] = field(default_factory=dict)
+    role: Role = "both"
+    ownership: Ownership = field(default_factory=Ownership.all)
+    # Split roles: checkpoints read at the last assignment, applied on first use (by key).
+    restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
+    # Stage 1: workloads evaluated since the last `checkpoints_due`.
+    dirty: dict[str, None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.role != "both" and self.ownership.everything:
+            self.ownership = Ownership()  # a split core owns nothing until it is assigned
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -197,7 +216,50 @@ class DeciderCore:
             self.queues[key] = queue
 
     def on_checkpoint(self, cp: DeciderCheckpoint) -> None:
-        """Restore after a restart; never goes back to an older checkpoint."""
+        """Restore after a restart; never goes back to an older checkpoint. A split core keeps
+        it for the workload's (pool's) first use after the assignment."""
+        if self.role != "both":
+            known = self.restorable.get(cp.workload)
+            if known is None or cp.seq >= known.seq:
+                self.restorable[cp.workload] = cp
+            return
+        self._restore(cp)
+
+    def assign(self, ownership: Ownership) -> None:
+        """A rebalance: forget every workload's and pool's memory (the tables stay); the
+        checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
+        self.ownership = ownership
+        for held in (self.memory, self.windows, self.recommendations, self.pools):
+            held.clear()
+        self.restorable.clear()
+        self.dirty.clear()
+
+    def _mem(self, workload: str) -> _Memory:
+        """A workload's memory; in a split core restored from its checkpoint on first use."""
+        mem = self.memory.get(workload)
+        if mem is not None:
+            return mem
+        if self.role == "stage1":
+            cp = self.restorable.pop(workload, None)
+        else:
+            legacy = self.restorable.pop(workload, None)  # a one-instance decider's checkpoint
+            cp = self.restorable.pop(DECISION_PREFIX + workload, None)
+            if legacy is not None and (cp is None or legacy.seq > cp.seq):
+                cp = msgspec.structs.replace(legacy, workload=DECISION_PREFIX + workload)
+        if cp is not None:
+            self._restore(cp)
+        return self.memory.setdefault(workload, _Memory())
+
+    def _pool_mem(self, pool: str) -> _PoolMemory:
+        pm = self.pools.get(pool)
+        if pm is not None:
+            return pm
+        cp = self.restorable.pop(pool_key(pool), None)
+        if cp is not None:
+            self._restore(cp)
+        return self.pools.setdefault(pool, _PoolMemory())
+
+    def _restore(self, cp: DeciderCheckpoint) -> None:
         if cp.workload.startswith(POOL_PREFIX):
             pool = cp.workload.removeprefix(POOL_PREFIX)
             known = self.pools.get(pool)
@@ -208,10 +270,11 @@ class DeciderCore:
                 seq=cp.seq,
             )
             return
-        mem = self.memory.get(cp.workload)
+        workload = cp.workload.removeprefix(DECISION_PREFIX)
+        mem = self.memory.get(workload)
         if mem is not None and mem.seq > cp.seq:
             return
-        self.memory[cp.workload] = _Memory(
+        self.memory[workload] = _Memory(
             state=_STATE_DECODER.decode(cp.scale_state) if cp.scale_state else ScaleState(),
             seq=cp.seq,
             last_to=cp.last_to,
@@ -243,7 +306,7 @@ class DeciderCore:
         observed = self.workloads.get(workload)
         if observed is None:
             return Outputs(note="no WorkloadState yet: not acting")
-        mem = self.memory.setdefault(workload, _Memory())
+        mem = self._mem(workload)
         current = self._current(mem, observed, now)
         seen = msgspec.structs.replace(observed, spec_replicas=current)
         windows = self.windows.get(workload, {})
@@ -251,13 +314,21 @@ class DeciderCore:
         inputs = ScaleInputs(workload=seen, observations=observations)
         spec = self._capped(workload, policy.spec, partition_cap(policy.spec, windows))
         result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
+        throughput = None
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
             if tput is not None and tput.count and observed.ready_replicas == current:
-                mem.elastic = el.measured(mem.elastic, current, tput.mean)
+                throughput = tput.mean
+                if self.role == "both":
+                    mem.elastic = el.measured(mem.elastic, current, tput.mean)
+        if self.role == "stage1":
+            self.dirty[workload] = None
         if not result.actionable:
             return Outputs(note=", ".join(r.detail or r.rule for r in result.reasons))
         rec = recommend(policy, seen, result, now)
+        if self.role == "stage1" and throughput is not None:
+            # Stage 2 holds the elastic state (it resizes): it records the measurement.
+            rec = msgspec.structs.replace(rec, throughput=throughput)
         return _Stage1(policy, observed, mem, current, result, rec)
 
     def _capped(self, workload: str, spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
@@ -280,10 +351,14 @@ class DeciderCore:
         return mem.last_to if in_flight and mem.last_to is not None else observed.spec_replicas
 
     def decide(self, workload: str, now: float) -> Outputs:
+        if self.role == "stage2":
+            return self.decide_recommended(workload, now)
         s1 = self._stage1(workload, now)
         if isinstance(s1, Outputs):
             return s1
         rec, mem = s1.rec, s1.mem
+        if self.role == "stage1":
+            return Outputs(recommendation=rec)  # stage 2 decides, where the pool is owned
         if self.has_inventory(rec.pool):
             # Stage 2 decides over the whole pool (`decide_pool`).
             self.recommendations.setdefault(rec.pool, {})[workload] = rec
@@ -292,6 +367,13 @@ class DeciderCore:
                 checkpoint=self._maybe_checkpoint(workload, mem, now),
                 note=f"pool {rec.pool} has inventory: stage 2 decides",
             )
+        out = Outputs(recommendation=rec)
+        self._bounds_only(s1, now, out)
+        return out
+
+    def _bounds_only(self, s1: _Stage1, now: float, out: Outputs) -> None:
+        """Stage 2 for a pool without inventory: the policy's bounds and restart damping."""
+        rec, mem = s1.rec, s1.mem
         to, extra = bound(rec)
         elastic = s1.policy.spec.elastic
         if elastic is not None:
@@ -309,9 +391,73 @@ class DeciderCore:
             to = v.replicas
             if v.reason is not None:
                 extra = [*extra, v.reason]
-        out = Outputs(recommendation=rec)
         self._decision(s1, to, [*s1.result.reasons, *extra], now, out)
+
+    # --- stage 2 in its own core (role "stage2") -------------------------------------------
+
+    def on_recommendation(self, rec: Recommendation) -> None:
+        """A recommendation off governor.recommendations; the newest per workload is kept."""
+        recs = self.recommendations.setdefault(rec.pool, {})
+        known = recs.get(rec.workload)
+        order = (rec.newest_input, rec.computed_at)
+        if known is None or order >= (known.newest_input, known.computed_at):
+            recs[rec.workload] = rec
+
+    def decide_recommended(self, workload: str, now: float) -> Outputs:
+        """Stage 2 on a workload's latest recommendation, for a pool without inventory (one with
+        inventory is decided whole, by `decide_pool`)."""
+        policy = self.policies.get(workload)
+        if policy is None:
+            return Outputs(note="no policy")
+        rec = self.recommendations.get(policy.spec.pool, {}).get(workload)
+        if rec is None:
+            return Outputs(note="no recommendation yet")
+        if self.has_inventory(rec.pool):
+            return Outputs(note=f"pool {rec.pool} has inventory: stage 2 decides")
+        s1 = self._from_rec(workload, rec, now)
+        if s1 is None:
+            return Outputs(note="no WorkloadState yet: not acting")
+        out = Outputs()
+        self._bounds_only(s1, now, out)
         return out
+
+    def in_flight(self, now: float) -> list[str]:
+        """Workloads whose last request the target has not taken up: a tick retries them once
+        `pending_grace` ran out (the only time-driven decision of a bounds-only stage 2)."""
+        seen = self.workloads
+        return sorted(
+            w
+            for w, mem in self.memory.items()
+            if mem.last_to is not None and w in seen and mem.last_to != seen[w].spec_replicas
+        )
+
+    def checkpoints_due(self, now: float) -> list[DeciderCheckpoint]:
+        """Stage 1: the checkpoints of every workload evaluated since the last call (written
+        and acknowledged before the load offsets behind them are committed)."""
+        due = [self._checkpoint(w, self.memory[w], now) for w in self.dirty if w in self.memory]
+        self.dirty.clear()
+        return due
+
+    def _from_rec(self, workload: str, rec: Recommendation, now: float) -> _Stage1 | None:
+        """A recommendation as stage 2 sees it, with this core's memory of the workload."""
+        policy = self.policies.get(workload)
+        observed = self.workloads.get(workload)
+        if policy is None or observed is None:
+            return None
+        mem = self._mem(workload)
+        current = self._current(mem, observed, now)
+        if self.role == "stage2" and rec.throughput is not None:
+            if observed.ready_replicas == current:
+                mem.elastic = el.measured(mem.elastic, current, rec.throughput)
+        result = ScaleResult(
+            desired=rec.desired,
+            current=rec.current,
+            bound_by="metric",
+            reasons=rec.reasons,
+            inputs=rec.inputs,
+            newest_input=rec.newest_input,
+        )
+        return _Stage1(policy, observed, mem, current, result, rec)
 
     def _decision(
         self, s1: _Stage1, to: int, reasons: list[Reason], now: float, out: Outputs
@@ -360,32 +506,21 @@ class DeciderCore:
         members: list[Member] = []
         stage1: dict[str, _Stage1] = {}
         for workload, rec in sorted(recs.items()):
-            policy = self.policies.get(workload)
-            observed = self.workloads.get(workload)
-            if policy is None or observed is None or policy.spec.pool != pool:
+            s1 = self._from_rec(workload, rec, now)
+            if s1 is None or s1.policy.spec.pool != pool:
                 continue
-            mem = self.memory.setdefault(workload, _Memory())
-            current = self._current(mem, observed, now)
-            result = ScaleResult(
-                desired=rec.desired,
-                current=rec.current,
-                bound_by="metric",
-                reasons=rec.reasons,
-                inputs=rec.inputs,
-                newest_input=rec.newest_input,
-            )
-            stage1[workload] = _Stage1(policy, observed, mem, current, result, rec)
+            stage1[workload] = s1
             members.append(
                 Member(
                     rec=rec,
-                    current=current,
-                    elastic=policy.spec.elastic,
-                    state=mem.elastic,
-                    restarts=observed.restarts,
-                    started_at=observed.started_at,
+                    current=s1.current,
+                    elastic=s1.policy.spec.elastic,
+                    state=s1.mem.elastic,
+                    restarts=s1.observed.restarts,
+                    started_at=s1.observed.started_at,
                 )
             )
-        pm = self.pools.setdefault(pool, _PoolMemory())
+        pm = self._pool_mem(pool)
         out = Outputs()
         if not members:
             out.note = f"pool {pool}: no recommendations yet"
@@ -445,7 +580,7 @@ class DeciderCore:
     def _checkpoint(self, workload: str, mem: _Memory, now: float) -> DeciderCheckpoint:
         mem.last_checkpoint_at = now
         return DeciderCheckpoint(
-            workload=workload,
+            workload=DECISION_PREFIX + workload if self.role == "stage2" else workload,
             seq=mem.seq,
             last_to=mem.last_to,
             last_decided_at=mem.last_decided_at,

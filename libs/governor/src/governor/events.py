@@ -239,6 +239,9 @@ class Recommendation(Event):
     policy_generation: int
     computed_at: float
     joint_allocate: dict[str, Any] | None = None
+    # Elastic training jobs: the throughput stage 1 measured at `current` replicas (all ready),
+    # for the stage that holds the restart-damping state (it decides the resizes).
+    throughput: float | None = None
 
 
 class ScaleDecision(Event):
