@@ -57,9 +57,6 @@ _NOT_YET: dict[str, list[str]] = {
         "long-file",
         "long-function: simulate",
     ],
-    "libs/governor/src/governor/decider.py": [
-        "long-function: decide_pool",
-    ],
     "libs/governor/src/governor/importer_keda.py": [
         "long-function: from_scaled_object",
     ],

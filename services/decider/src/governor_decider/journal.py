@@ -1,5 +1,6 @@
-"""A JSON-lines record of every input the decider core saw, in order, so a run can be replayed
-through `DeciderCore` and compared decision by decision."""
+"""A JSON-lines record of every input a decider core saw, in order, so a run can be replayed
+through `DeciderCore` and compared decision by decision (the service keeps one journal per
+stage: replay each through a core of that role)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from governor.events import (
     NodeState,
     QueueState,
     QuotaState,
+    Recommendation,
     WorkloadState,
 )
+from governor.ownership import Ownership
 from governor.spec import ScalingPolicy
 
 
@@ -66,6 +69,27 @@ class QueueIn(msgspec.Struct, tag="queue"):
     queue: QueueState | None  # None: its tombstone
 
 
+class RecommendationIn(msgspec.Struct, tag="recommendation"):
+    recommendation: Recommendation
+
+
+class AssignIn(msgspec.Struct, tag="assign"):
+    """A rebalance: the partitions this instance now owns (none: revoked)."""
+
+    load_partitions: int
+    load: list[int]
+    recommendation_partitions: int
+    recommendations: list[int]
+
+    def ownership(self) -> Ownership:
+        return Ownership(
+            self.load_partitions,
+            frozenset(self.load),
+            self.recommendation_partitions,
+            frozenset(self.recommendations),
+        )
+
+
 class RestartIn(msgspec.Struct, tag="restart"):
     """The process (re)started: its memory was empty before the checkpoints that follow."""
 
@@ -82,6 +106,8 @@ Entry = (
     | DecidePoolIn
     | QuotaIn
     | QueueIn
+    | RecommendationIn
+    | AssignIn
 )
 
 
@@ -117,6 +143,19 @@ class Journal:
 
     def queue(self, key: str, queue: QueueState | None) -> None:
         self._write(QueueIn(key, queue))
+
+    def recommendation(self, rec: Recommendation) -> None:
+        self._write(RecommendationIn(rec))
+
+    def assign(self, own: Ownership) -> None:
+        self._write(
+            AssignIn(
+                own.load_partitions,
+                sorted(own.load),
+                own.recommendation_partitions,
+                sorted(own.recommendations),
+            )
+        )
 
     def decide_pool(self, pool: str, now: float) -> None:
         self._write(DecidePoolIn(pool, now))
@@ -163,6 +202,10 @@ def replay(
             core.on_quota(e.key, e.quota)
         elif isinstance(e, QueueIn):
             core.on_queue(e.key, e.queue)
+        elif isinstance(e, RecommendationIn):
+            core.on_recommendation(e.recommendation)
+        elif isinstance(e, AssignIn):
+            core.assign(e.ownership())
         elif isinstance(e, DecidePoolIn):
             yield e, core.decide_pool(e.pool, e.now)
         else:
