@@ -18,6 +18,7 @@ from governor.events import (
     QueueState,
     QuotaState,
     Recommendation,
+    ScaleDecision,
     WorkloadState,
 )
 from governor.ownership import Ownership
@@ -210,3 +211,17 @@ def replay(
             yield e, core.decide_pool(e.pool, e.now)
         else:
             yield e, core.decide(e.workload, e.now)
+
+
+def stage2_path(path: Path) -> Path:
+    """Where the service journals its stage-2 core, beside `path` (its stage-1 core's)."""
+    return path.with_name(path.name + ".stage2")
+
+
+def replayed_decisions(path: Path) -> list[ScaleDecision]:
+    """Every decision the stage-2 journal beside `path` replays to, in order."""
+    return [
+        d
+        for _, out in replay(read(stage2_path(path)), lambda: DeciderCore(role="stage2"))
+        for d in ([out.decision] if out.decision else []) + out.decisions
+    ]

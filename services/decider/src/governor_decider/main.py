@@ -41,7 +41,7 @@ from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
 from governor_decider.cli import PREFIX
-from governor_decider.journal import Journal
+from governor_decider.journal import Journal, stage2_path
 from governor_decider.metrics import (
     DECISIONS,
     ELASTIC_RESTARTS,
@@ -138,7 +138,7 @@ class Decider:
         )
         path = settings.journal
         # One journal per stage (replay each through a core of that role).
-        self.journals = [Journal(Path(path)), Journal(Path(path + ".stage2"))] if path else []
+        self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
         self._flushed_at = time.monotonic()
         self.tables_loaded = False
         # When each workload was last evaluated on its load (the ticker skips those just done).
