@@ -393,8 +393,6 @@ class DeciderCore:
                 extra = [*extra, v.reason]
         self._decision(s1, to, [*s1.result.reasons, *extra], now, out)
 
-    # --- stage 2 in its own core (role "stage2") -------------------------------------------
-
     def on_recommendation(self, rec: Recommendation) -> None:
         """A recommendation off governor.recommendations; the newest per workload is kept."""
         recs = self.recommendations.setdefault(rec.pool, {})
@@ -494,6 +492,7 @@ class DeciderCore:
             target=spec.target_ref,
             policy=s1.policy.key,
             min_available=s1.rec.floor if spec.target_ref.scale_min_available else None,
+            evaluated_at=s1.rec.computed_at,
         )
         return out.decision
 

@@ -261,6 +261,9 @@ class ScaleDecision(Event):
     target: TargetRef | None = None
     policy: str = ""  # namespace/name of the ScalingPolicy
     min_available: int | None = None  # Volcano: the floor, when the policy moves minAvailable
+    # When stage 1 evaluated the input this decision follows (its recommendation's computed_at):
+    # equal to decided_at in one instance; earlier by the recommendations hop when split.
+    evaluated_at: float = 0.0
 
 
 ActuationOutcome = Literal["applied", "refused", "failed", "dry_run", "noop"]

@@ -4,6 +4,7 @@ stage: replay each through a core of that role)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -23,6 +24,8 @@ from governor.events import (
 )
 from governor.ownership import Ownership
 from governor.spec import ScalingPolicy
+
+log = logging.getLogger("governor.decider")
 
 
 class PolicyIn(msgspec.Struct, tag="policy"):
@@ -116,6 +119,8 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self._file: IO[bytes] = path.open("ab", buffering=1 << 16)
         self._enc = msgspec.json.Encoder()
+        # A SIGKILL can cut the last line short: the newline ends it before this run's entries.
+        self._file.write(b"\n")
         self._write(RestartIn())
 
     def _write(self, entry: Entry) -> None:
@@ -157,6 +162,7 @@ class Journal:
                 sorted(own.recommendations),
             )
         )
+        self._file.flush()
 
     def decide_pool(self, pool: str, now: float) -> None:
         self._write(DecidePoolIn(pool, now))
@@ -174,8 +180,13 @@ def read(path: Path) -> Iterator[Entry]:
     dec = msgspec.json.Decoder(Entry)
     with path.open("rb") as f:
         for line in f:
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 yield dec.decode(line)
+            except msgspec.DecodeError:
+                # Only a line a SIGKILL cut short (the next run's RestartIn follows it).
+                log.warning("journal %s: skipping a cut line (%d bytes)", path, len(line))
 
 
 def replay(
