@@ -23,6 +23,7 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
+from governor.ownership import partition_of
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
@@ -129,10 +130,15 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     ours = {f"{ns}/Deployment/{n}" for n in names}
     warmup = [f"{ns}/Deployment/warm{i}" for i in range(WORKLOADS)]
 
+    # One pool per partition of the recommendations topic, so that both deciders run stage 2.
+    by_partition: dict[int, str] = {}
+    for k in range(1000):
+        by_partition.setdefault(partition_of(f"{ns}-p{k}", 6), f"{ns}-p{k}")
+    pools = [by_partition[p] for p in range(6)]
     producer = Producer(bootstrap)
     await producer.start()
     for i, name in enumerate(names):
-        pool = f"{ns}-p{i % 4}"  # recommendations keyed by pool: spread over partitions
+        pool = pools[i % len(pools)]
         rec = events.PolicyRecord(policy=policy_from_obj(policy_obj(ns, name, pool)))
         await producer.send(events.POLICIES, rec)
         await producer.send(
@@ -304,6 +310,13 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
         assert not twice, f"{wl}: one input decided into different decisions: {twice}"
     after = [d for d in unique if d.decided_at > killed_at + 1]
     assert after, "no decision after the handover"
+    # Both ran stage 2 before the kill (each owned pools), the survivor all of it after.
+    made = [
+        {d.decision_id for d in journal.replayed_decisions(j) if d.workload in ours}
+        for j in journals
+    ]
+    assert all(made), "a decider made no decision"
+    assert {d.decision_id for d in after} <= made[1]
 
     # Each decision is what a single stage-2 core replaying its decider's journal decides.
     replayed: dict[str, events.ScaleDecision] = {}

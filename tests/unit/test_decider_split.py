@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.decider import DECISION_PREFIX, DeciderCore
-from governor.events import DeciderCheckpoint, LoadWindow, ScaleDecision, WorkloadState
+from governor.events import (
+    DeciderCheckpoint,
+    LoadWindow,
+    NodeState,
+    ScaleDecision,
+    WorkloadState,
+)
 from governor.ownership import Ownership, partition_of
 from governor.spec import ScalingPolicy, policies_from_yaml
 
@@ -121,13 +127,14 @@ def test_a_handover_continues_stage1_from_its_checkpoint(means: list[float], cut
     recommendations depend on: a new owner restored from them recommends what the old one
     would have."""
     old = new("stage1")
+    old.republish_seconds = 0.0  # every evaluation's recommendation, to compare them all
     old.on_workload(state(2, 0.0))
     cut = min(cut, len(means) - 1)
     for i, mean in enumerate(means[:cut]):
         for w in windows(1000.0 + 5 * i, mean):
             old.on_window(w)
         old.decide(WL, 1000.0 + 5 * i)
-    heir = DeciderCore(role="stage1")
+    heir = DeciderCore(role="stage1", republish_seconds=0.0)
     heir.on_policy("shop/web", policy())
     heir.on_workload(state(2, 0.0))
     heir.assign(Ownership.all())
@@ -209,3 +216,32 @@ def test_two_members_own_each_workload_and_pool_exactly_once(
     for key in keys:
         assert a.owns_workload(key) != b.owns_workload(key)
         assert a.owns_pool(key) != b.owns_pool(key)
+
+
+def test_stage1_publishes_an_unchanged_recommendation_only_every_republish_seconds() -> None:
+    core = new("stage1")
+    core.on_workload(state(2, 0.0))
+    published = []
+    for t in range(1000, 1040):
+        for w in windows(float(t), 100.0):  # steady: the same desire every second
+            core.on_window(w)
+        if core.decide(WL, float(t)).recommendation is not None:
+            published.append(t)
+    assert published == [1000, 1030]
+    for w in windows(1041.0, 2000.0):  # a new desire goes out at once
+        core.on_window(w)
+    assert core.decide(WL, 1041.0).recommendation is not None
+
+
+def test_stage2_allocates_a_pool_only_once_its_members_could_recommend() -> None:
+    core = new("stage2")
+    core.on_node(NodeState(node="n1", pool="default", allocatable={"cpu": 64.0}))
+    split = Split()
+    split.stage2 = core
+    split.on_workload(state(2, 999.0))
+    for c in (split.stage1, core):
+        c.on_node(NodeState(node="n1", pool="default", allocatable={"cpu": 64.0}))
+    core.assign(Ownership.all(), now=1000.0)
+    split.step(1000.0, 1400.0)
+    assert "after an assignment" in core.decide_pool("default", 1001.0).note
+    assert core.decide_pool("default", 1003.0).decisions

@@ -16,9 +16,10 @@ Rules it keeps:
 - before a decision, a checkpoint (seq, history, rate-limit events, panic state) is emitted:
   the service writes it, waits for the acknowledgement, then publishes the decision.
 
-Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it. Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation
-per workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of
-a load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
+Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it.
+Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation per
+workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of a
+load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
 every workload of such pools, then `decide_pool` once per pool), and emits a decision only for a
 workload whose target differs from what it runs or was last asked for — the same
 in-flight/retry rules as stage 1. A pool without nodes in the cluster table keeps today's
@@ -46,6 +47,7 @@ from typing import Literal
 
 import msgspec
 
+from governor.decider_memory import Memory, Outputs, PoolMemory, Stage1View
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -55,7 +57,6 @@ from governor.events import (
     Reason,
     Recommendation,
     ScaleDecision,
-    Shortfall,
     WorkloadState,
 )
 from governor.ownership import Ownership
@@ -63,7 +64,7 @@ from governor.policy import elastic as el
 from governor.policy import evaluate
 from governor.policy.allocate import Allocation
 from governor.policy.quotas import constraints
-from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
+from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
     WindowKey,
     bound,
@@ -71,6 +72,7 @@ from governor.policy.recommend import (
     observe,
     partition_cap,
     recommend,
+    signature,
     with_cap,
 )
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
@@ -91,51 +93,6 @@ def pool_key(pool: str) -> str:
 
 
 @dataclass
-class _Memory:
-    state: ScaleState = field(default_factory=ScaleState)
-    seq: int = 0
-    last_to: int | None = None
-    last_decided_at: float = 0.0
-    last_newest_input: float = 0.0
-    last_checkpoint_at: float = float("-inf")
-    elastic: el.ElasticState = field(default_factory=el.ElasticState)
-
-
-@dataclass
-class _PoolMemory:
-    allocation: Allocation | None = None
-    seq: int = 0
-    shortfalls: dict[str, ShortKey] = field(default_factory=dict)  # last published per workload
-
-
-@dataclass
-class Outputs:
-    """What one evaluation asks the service to publish, in this order.
-
-    Stage 1 fills `checkpoint`, `recommendation` and `decision`; a pool's stage 2 fills the lists:
-    first every checkpoint (acknowledged), then the decisions, then the shortfalls.
-    """
-
-    checkpoint: DeciderCheckpoint | None = None
-    recommendation: Recommendation | None = None
-    decision: ScaleDecision | None = None
-    note: str = ""  # why nothing was decided, for logs
-    checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
-    decisions: list[ScaleDecision] = field(default_factory=list)
-    shortfalls: list[Shortfall] = field(default_factory=list)
-
-
-@dataclass
-class _Stage1:
-    policy: ScalingPolicy
-    observed: WorkloadState
-    mem: _Memory
-    current: int
-    result: ScaleResult
-    rec: Recommendation
-
-
-@dataclass
 class DeciderCore:
     step_seconds: float = 15.0
     pending_grace: float = 60.0
@@ -148,13 +105,13 @@ class DeciderCore:
     policy_keys: dict[str, str] = field(default_factory=dict)  # namespace/name -> workload id
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
     windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
-    memory: dict[str, _Memory] = field(default_factory=dict)
+    memory: dict[str, Memory] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
     _cap_memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]] = field(
         default_factory=dict
     )
     recommendations: dict[str, dict[str, Recommendation]] = field(default_factory=dict)  # by pool
-    pools: dict[str, _PoolMemory] = field(default_factory=dict)
+    pools: dict[str, PoolMemory] = field(default_factory=dict)
     # The quotas and queues tables (topics governor.quotas, governor.queues), by key.
     quotas: dict[str, QuotaState] = field(default_factory=dict)
     queues: dict[str, QueueState] = field(default_factory=dict)
@@ -164,6 +121,14 @@ class DeciderCore:
     restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
     # Stage 1: workloads evaluated since the last `checkpoints_due`.
     dirty: dict[str, None] = field(default_factory=dict)
+    # Stage 1: a recommendation stage 2 would decide nothing new on (the same `signature`) is
+    # published again only after this long; (signature, when published) per workload.
+    republish_seconds: float = 30.0
+    published: dict[str, tuple[tuple[object, ...], float]] = field(default_factory=dict)
+    # Stage 2: after an assignment, pools are allocated only once every member had the time to
+    # recommend (stage 1 recommends each workload of a pool with inventory every tick).
+    settle_seconds: float = 2.5
+    settled_at: float = float("-inf")
 
     def __post_init__(self) -> None:
         if self.role != "both" and self.ownership.everything:
@@ -225,16 +190,17 @@ class DeciderCore:
             return
         self._restore(cp)
 
-    def assign(self, ownership: Ownership) -> None:
-        """A rebalance: forget every workload's and pool's memory (the tables stay); the
-        checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
+    def assign(self, ownership: Ownership, now: float = float("-inf")) -> None:
+        """A rebalance at `now`: forget every workload's and pool's memory (the tables stay);
+        the checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
         self.ownership = ownership
-        for held in (self.memory, self.windows, self.recommendations, self.pools):
+        self.settled_at = now + self.settle_seconds
+        for held in (self.memory, self.windows, self.recommendations, self.pools, self.published):
             held.clear()
         self.restorable.clear()
         self.dirty.clear()
 
-    def _mem(self, workload: str) -> _Memory:
+    def _mem(self, workload: str) -> Memory:
         """A workload's memory; in a split core restored from its checkpoint on first use."""
         mem = self.memory.get(workload)
         if mem is not None:
@@ -248,16 +214,16 @@ class DeciderCore:
                 cp = msgspec.structs.replace(legacy, workload=DECISION_PREFIX + workload)
         if cp is not None:
             self._restore(cp)
-        return self.memory.setdefault(workload, _Memory())
+        return self.memory.setdefault(workload, Memory())
 
-    def _pool_mem(self, pool: str) -> _PoolMemory:
+    def _pool_mem(self, pool: str) -> PoolMemory:
         pm = self.pools.get(pool)
         if pm is not None:
             return pm
         cp = self.restorable.pop(pool_key(pool), None)
         if cp is not None:
             self._restore(cp)
-        return self.pools.setdefault(pool, _PoolMemory())
+        return self.pools.setdefault(pool, PoolMemory())
 
     def _restore(self, cp: DeciderCheckpoint) -> None:
         if cp.workload.startswith(POOL_PREFIX):
@@ -265,7 +231,7 @@ class DeciderCore:
             known = self.pools.get(pool)
             if known is not None and known.seq > cp.seq:
                 return
-            self.pools[pool] = _PoolMemory(
+            self.pools[pool] = PoolMemory(
                 allocation=_ALLOCATION_DECODER.decode(cp.allocation) if cp.allocation else None,
                 seq=cp.seq,
             )
@@ -274,7 +240,7 @@ class DeciderCore:
         mem = self.memory.get(workload)
         if mem is not None and mem.seq > cp.seq:
             return
-        self.memory[workload] = _Memory(
+        self.memory[workload] = Memory(
             state=_STATE_DECODER.decode(cp.scale_state) if cp.scale_state else ScaleState(),
             seq=cp.seq,
             last_to=cp.last_to,
@@ -299,7 +265,7 @@ class DeciderCore:
         policy = self.policies.get(workload)
         return policy.spec.pool if policy is not None else None
 
-    def _stage1(self, workload: str, now: float) -> _Stage1 | Outputs:
+    def _stage1(self, workload: str, now: float) -> Stage1View | Outputs:
         policy = self.policies.get(workload)
         if policy is None:
             return Outputs(note="no policy")
@@ -329,7 +295,7 @@ class DeciderCore:
         if self.role == "stage1" and throughput is not None:
             # Stage 2 holds the elastic state (it resizes): it records the measurement.
             rec = msgspec.structs.replace(rec, throughput=throughput)
-        return _Stage1(policy, observed, mem, current, result, rec)
+        return Stage1View(policy, observed, mem, current, result, rec)
 
     def _capped(self, workload: str, spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
         """The spec with the partition cap; memoized, since evaluate caches per spec object."""
@@ -342,7 +308,7 @@ class DeciderCore:
             self._cap_memo[key] = hit
         return hit[1]
 
-    def _current(self, mem: _Memory, observed: WorkloadState, now: float) -> int:
+    def _current(self, mem: Memory, observed: WorkloadState, now: float) -> int:
         in_flight = (
             mem.last_to is not None
             and mem.last_to != observed.spec_replicas
@@ -357,8 +323,10 @@ class DeciderCore:
         if isinstance(s1, Outputs):
             return s1
         rec, mem = s1.rec, s1.mem
-        if self.role == "stage1":
-            return Outputs(recommendation=rec)  # stage 2 decides, where the pool is owned
+        if self.role == "stage1":  # stage 2 decides, where the pool is owned
+            if self._unchanged(rec, now):
+                return Outputs(note="recommendation unchanged")
+            return Outputs(recommendation=rec)
         if self.has_inventory(rec.pool):
             # Stage 2 decides over the whole pool (`decide_pool`).
             self.recommendations.setdefault(rec.pool, {})[workload] = rec
@@ -371,7 +339,7 @@ class DeciderCore:
         self._bounds_only(s1, now, out)
         return out
 
-    def _bounds_only(self, s1: _Stage1, now: float, out: Outputs) -> None:
+    def _bounds_only(self, s1: Stage1View, now: float, out: Outputs) -> None:
         """Stage 2 for a pool without inventory: the policy's bounds and restart damping."""
         rec, mem = s1.rec, s1.mem
         to, extra = bound(rec)
@@ -400,6 +368,18 @@ class DeciderCore:
         order = (rec.newest_input, rec.computed_at)
         if known is None or order >= (known.newest_input, known.computed_at):
             recs[rec.workload] = rec
+
+    def _unchanged(self, rec: Recommendation, now: float) -> bool:
+        """Whether stage 1 may skip publishing `rec`: bounds-only stage 2 would decide the same
+        on the last one it got (a pool's allocation and elastic jobs get every one)."""
+        if rec.elastic or self.has_inventory(rec.pool):
+            return False
+        sig = signature(rec)
+        last = self.published.get(rec.workload)
+        if last is not None and last[0] == sig and now - last[1] < self.republish_seconds:
+            return True
+        self.published[rec.workload] = (sig, now)
+        return False
 
     def decide_recommended(self, workload: str, now: float) -> Outputs:
         """Stage 2 on a workload's latest recommendation, for a pool without inventory (one with
@@ -436,7 +416,7 @@ class DeciderCore:
         self.dirty.clear()
         return due
 
-    def _from_rec(self, workload: str, rec: Recommendation, now: float) -> _Stage1 | None:
+    def _from_rec(self, workload: str, rec: Recommendation, now: float) -> Stage1View | None:
         """A recommendation as stage 2 sees it, with this core's memory of the workload."""
         policy = self.policies.get(workload)
         observed = self.workloads.get(workload)
@@ -444,9 +424,9 @@ class DeciderCore:
             return None
         mem = self._mem(workload)
         current = self._current(mem, observed, now)
-        if self.role == "stage2" and rec.throughput is not None:
-            if observed.ready_replicas == current:
-                mem.elastic = el.measured(mem.elastic, current, rec.throughput)
+        measured = rec.throughput is not None and observed.ready_replicas == current
+        if self.role == "stage2" and measured and rec.throughput is not None:
+            mem.elastic = el.measured(mem.elastic, current, rec.throughput)
         result = ScaleResult(
             desired=rec.desired,
             current=rec.current,
@@ -455,10 +435,10 @@ class DeciderCore:
             inputs=rec.inputs,
             newest_input=rec.newest_input,
         )
-        return _Stage1(policy, observed, mem, current, result, rec)
+        return Stage1View(policy, observed, mem, current, result, rec)
 
     def _decision(
-        self, s1: _Stage1, to: int, reasons: list[Reason], now: float, out: Outputs
+        self, s1: Stage1View, to: int, reasons: list[Reason], now: float, out: Outputs
     ) -> ScaleDecision | None:
         """Fill `out` with the decision to `to` (and its checkpoint) when one is due."""
         workload, mem, observed = s1.rec.workload, s1.mem, s1.observed
@@ -501,9 +481,11 @@ class DeciderCore:
         nodes = [n for _, n in sorted(self.nodes.items()) if n.pool == pool]
         if not nodes:
             return Outputs(note=f"pool {pool}: no inventory")
+        if now < self.settled_at:
+            return Outputs(note=f"pool {pool}: members still recommending after an assignment")
         recs = self.recommendations.get(pool, {})
         members: list[Member] = []
-        stage1: dict[str, _Stage1] = {}
+        stage1: dict[str, Stage1View] = {}
         for workload, rec in sorted(recs.items()):
             s1 = self._from_rec(workload, rec, now)
             if s1 is None or s1.policy.spec.pool != pool:
@@ -576,7 +558,7 @@ class DeciderCore:
         for pool in self.inventory_pools():
             yield pool_key(pool), self.decide_pool(pool, now)
 
-    def _checkpoint(self, workload: str, mem: _Memory, now: float) -> DeciderCheckpoint:
+    def _checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint:
         mem.last_checkpoint_at = now
         return DeciderCheckpoint(
             workload=DECISION_PREFIX + workload if self.role == "stage2" else workload,
@@ -591,9 +573,7 @@ class DeciderCore:
             else b"",
         )
 
-    def _maybe_checkpoint(
-        self, workload: str, mem: _Memory, now: float
-    ) -> DeciderCheckpoint | None:
+    def _maybe_checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint | None:
         if now - mem.last_checkpoint_at < self.checkpoint_every:
             return None
         return self._checkpoint(workload, mem, now)

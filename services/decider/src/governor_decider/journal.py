@@ -84,6 +84,7 @@ class AssignIn(msgspec.Struct, tag="assign"):
     load: list[int]
     recommendation_partitions: int
     recommendations: list[int]
+    at: float = float("-inf")
 
     def ownership(self) -> Ownership:
         return Ownership(
@@ -153,13 +154,14 @@ class Journal:
     def recommendation(self, rec: Recommendation) -> None:
         self._write(RecommendationIn(rec))
 
-    def assign(self, own: Ownership) -> None:
+    def assign(self, own: Ownership, at: float) -> None:
         self._write(
             AssignIn(
                 own.load_partitions,
                 sorted(own.load),
                 own.recommendation_partitions,
                 sorted(own.recommendations),
+                at,
             )
         )
         self._file.flush()
@@ -217,7 +219,7 @@ def replay(
         elif isinstance(e, RecommendationIn):
             core.on_recommendation(e.recommendation)
         elif isinstance(e, AssignIn):
-            core.assign(e.ownership())
+            core.assign(e.ownership(), e.at)
         elif isinstance(e, DecidePoolIn):
             yield e, core.decide_pool(e.pool, e.now)
         else:

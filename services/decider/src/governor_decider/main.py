@@ -378,10 +378,11 @@ class Decider:
         table = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec)
         async with self._lock:
             self._evaluated.clear()
+            now = time.time()
             for core in self.cores:
-                core.assign(own)
+                core.assign(own, now)
             for j in self.journals:
-                j.assign(own)
+                j.assign(own, now)
             for cp in table.values():
                 plain = not cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX))
                 # Stage 1's checkpoints are keyed by workload; one of a one-instance decider
@@ -396,10 +397,11 @@ class Decider:
         """Before the offsets are committed and the partitions go: stage 1's checkpoints."""
         async with self._lock:
             await self._flush()
+            now = time.time()
             for core in self.cores:
-                core.assign(Ownership())
+                core.assign(Ownership(), now)
             for j in self.journals:
-                j.assign(Ownership())
+                j.assign(Ownership(), now)
 
     async def _before_commit(self) -> bool:
         """Commit load offsets only together with the checkpoints of what they cover."""
