@@ -129,6 +129,7 @@ class DeciderCore:
     # recommend (stage 1 recommends each workload of a pool with inventory every tick).
     settle_seconds: float = 2.5
     settled_at: float = float("-inf")
+    _inventory: frozenset[str] = frozenset()  # the pools of `nodes`
 
     def __post_init__(self) -> None:
         if self.role != "both" and self.ownership.everything:
@@ -161,10 +162,12 @@ class DeciderCore:
     def on_node(self, node: NodeState) -> None:
         """A node of the cluster table (topic governor.cluster): capacity, devices, health."""
         self.nodes[node.node] = node
+        self._inventory = frozenset(n.pool for n in self.nodes.values())
 
     def on_node_deleted(self, name: str) -> None:
         """A node's tombstone on the cluster table."""
         self.nodes.pop(name, None)
+        self._inventory = frozenset(n.pool for n in self.nodes.values())
 
     def on_quota(self, key: str, quota: QuotaState | None) -> None:
         """A ResourceQuota of the quotas table (None: its tombstone)."""
@@ -256,10 +259,10 @@ class DeciderCore:
 
     def has_inventory(self, pool: str) -> bool:
         """Whether the cluster table holds a node of this pool (then stage 2 allocates)."""
-        return any(n.pool == pool for n in self.nodes.values())
+        return pool in self._inventory  # asked per evaluation: not a scan of the nodes
 
     def inventory_pools(self) -> list[str]:
-        return sorted({n.pool for n in self.nodes.values()})
+        return sorted(self._inventory)
 
     def pool_of(self, workload: str) -> str | None:
         policy = self.policies.get(workload)
