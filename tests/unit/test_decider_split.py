@@ -245,3 +245,15 @@ def test_stage2_allocates_a_pool_only_once_its_members_could_recommend() -> None
     split.step(1000.0, 1400.0)
     assert "after an assignment" in core.decide_pool("default", 1001.0).note
     assert core.decide_pool("default", 1003.0).decisions
+
+
+def test_stage2_retries_a_request_not_taken_up_only_after_the_grace() -> None:
+    split = Split()
+    split.on_workload(state(2, 999.0))
+    d1 = split.step(1000.0, 1400.0)
+    assert d1 is not None
+    grace = split.stage2.pending_grace
+    assert split.stage2.in_flight(1000.0 + grace - 1) == []
+    assert split.stage2.in_flight(1000.0 + grace) == [WL]
+    retry = split.stage2.decide(WL, 1000.0 + grace).decision
+    assert retry is not None and retry.seq == 2 and retry.to_replicas == d1.to_replicas

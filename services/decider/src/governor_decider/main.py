@@ -557,7 +557,9 @@ class Decider:
         log.info("decider running", extra={"http_port": health.port})
         await self._stop.wait()
         async with self._lock:
-            await self._flush()  # then the consumer commits what the checkpoints cover
+            await self._flush()
+        # The consumer's last commit flushes again (what it handled meanwhile) and goes through.
+        self._flushed_at = -math.inf
         await self.load.stop()
         await self.tables.stop()
         for t in tasks:
