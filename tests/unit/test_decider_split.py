@@ -247,13 +247,13 @@ def test_stage2_allocates_a_pool_only_once_its_members_could_recommend() -> None
     assert core.decide_pool("default", 1003.0).decisions
 
 
-def test_stage2_retries_a_request_not_taken_up_only_after_the_grace() -> None:
+def test_stage2_sends_a_request_not_taken_up_again_on_a_recommendation_after_the_grace() -> None:
     split = Split()
     split.on_workload(state(2, 999.0))
-    d1 = split.step(1000.0, 1400.0)
+    d1 = split.step(1000.0, 280.0)  # 280 / 70 per pod: 2 -> 4, within the rate
     assert d1 is not None
     grace = split.stage2.pending_grace
-    assert split.stage2.in_flight(1000.0 + grace - 1) == []
-    assert split.stage2.in_flight(1000.0 + grace) == [WL]
-    retry = split.stage2.decide(WL, 1000.0 + grace).decision
+    assert split.step(1000.0 + grace - 1, 280.0) is None  # in flight: not again yet
+    split.stage1.republish_seconds = 0.0  # stage 1's periodic republication, now
+    retry = split.step(1000.0 + grace, 280.0)
     assert retry is not None and retry.seq == 2 and retry.to_replicas == d1.to_replicas

@@ -68,6 +68,7 @@ def test_every_service_has_rights_and_its_group() -> None:
         ("aggregator", "governor-aggregator"),
         ("decider", "governor-decider"),
         ("actuator", "governor-actuator"),
+        ("collector", "governor-collector"),  # the pull sources' split (governor.collector-sources)
     }
 
 

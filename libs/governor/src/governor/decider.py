@@ -402,19 +402,6 @@ class DeciderCore:
         self._bounds_only(s1, now, out)
         return out
 
-    def in_flight(self, now: float) -> list[str]:
-        """Workloads whose last request the target has not taken up within `pending_grace`: a
-        tick retries them (the only time-driven decision of a bounds-only stage 2)."""
-        seen, due = self.workloads, now - self.pending_grace
-        return sorted(
-            w
-            for w, mem in self.memory.items()
-            if mem.last_to is not None
-            and mem.last_decided_at <= due
-            and w in seen
-            and mem.last_to != seen[w].spec_replicas
-        )
-
     def checkpoints_due(self, now: float) -> list[DeciderCheckpoint]:
         """Stage 1: the checkpoints of every workload evaluated since the last call (written
         and acknowledged before the load offsets behind them are committed)."""

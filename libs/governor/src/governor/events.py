@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -261,8 +261,7 @@ class ScaleDecision(Event):
     target: TargetRef | None = None
     policy: str = ""  # namespace/name of the ScalingPolicy
     min_available: int | None = None  # Volcano: the floor, when the policy moves minAvailable
-    # When stage 1 evaluated the input this decision follows (its recommendation's computed_at):
-    # equal to decided_at in one instance; earlier by the recommendations hop when split.
+    # When stage 1 evaluated this input (the recommendation's computed_at; < decided_at if split)
     evaluated_at: float = 0.0
 
 
@@ -334,6 +333,16 @@ class DeciderCheckpoint(Event):
     allocation: bytes = b""
 
 
+class CollectorMember(Event):
+    """A collector's share of the pull sources (topic governor.collector-sources, key: the
+    member), written at each assignment of the collectors' group: a pull source runs where the
+    partition of `workload/metric` went (governor_collector.share)."""
+
+    collector: str
+    partitions: list[int]
+    at: float
+
+
 # --- the table --------------------------------------------------------------------------------
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -352,16 +361,7 @@ Principal = Literal[
     "viewer",
     "metrics-producer",
 ]
-PRINCIPALS: tuple[Principal, ...] = (
-    "collector",
-    "cluster-collector",
-    "aggregator",
-    "decider",
-    "actuator",
-    "admin",
-    "viewer",
-    "metrics-producer",
-)
+PRINCIPALS: tuple[Principal, ...] = get_args(Principal)
 
 
 @dataclass(frozen=True)
@@ -530,6 +530,18 @@ DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     readers=("decider",),
 )
 
+COLLECTOR_SOURCES: Topic[CollectorMember] = Topic(
+    "governor.collector-sources",
+    CollectorMember,
+    lambda m: m.collector,
+    "collector member id",
+    partitions=12,  # the unit of the split: more than collectors, so that each gets a share
+    retention_ms=24 * 3600 * 1000,
+    writers=("collector",),
+    readers=("collector", "viewer"),
+    groups=(("collector", "governor-collector"),),
+)
+
 TOPICS: tuple[Topic[Any], ...] = (
     METRICS,
     LOAD,
@@ -543,36 +555,27 @@ TOPICS: tuple[Topic[Any], ...] = (
     DECIDER_STATE,
     QUOTAS,
     QUEUES,
+    COLLECTOR_SOURCES,
 )
 
 # The aggregator's faust app (id `governor-aggregator`) declares its own internal topics: the
 # changelog of its series table and the assignor's leader topic. They carry no governor type.
 AGGREGATOR_APP_ID = "governor-aggregator"
 AGGREGATOR_TABLE = "governor-aggregator-series"
-FAUST_TOPICS: tuple[Access, ...] = (
-    Access(
+_AGGREGATOR: tuple[Principal, ...] = ("aggregator",)
+FAUST_TOPICS: tuple[Access, ...] = tuple(
+    Access(name, writers=_AGGREGATOR, readers=_AGGREGATOR, creators=_AGGREGATOR)
+    for name in (
         f"{AGGREGATOR_APP_ID}-{AGGREGATOR_TABLE}-changelog",
-        writers=("aggregator",),
-        readers=("aggregator",),
-        creators=("aggregator",),
-    ),
-    Access(
         f"{AGGREGATOR_APP_ID}-__assignor-__leader",
-        writers=("aggregator",),
-        readers=("aggregator",),
-        creators=("aggregator",),
-    ),
+    )
 )
 
 
 def access_table() -> tuple[Access, ...]:
     """Every topic governor uses, with who may write, read and create it: the contract's
     topics, their dead-letter topics and faust's internal ones."""
-    return (
-        *(t.access for t in TOPICS),
-        *(t.dlq_access for t in TOPICS),
-        *FAUST_TOPICS,
-    )
+    return (*(t.access for t in TOPICS), *(t.dlq_access for t in TOPICS), *FAUST_TOPICS)
 
 
 def topic_by_name(name: str) -> Topic[Any]:

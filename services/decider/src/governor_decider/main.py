@@ -335,7 +335,7 @@ class Decider:
                 continue
             async with self._lock:
                 now = time.time()
-                stage1, stage2 = self.cores
+                stage1 = self.stage1
                 # Only workloads whose load this instance consumes: their partitions are ours.
                 # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
                 pools = set(stage1.inventory_pools())
@@ -351,11 +351,11 @@ class Decider:
                     if self._evaluated.get(w, -math.inf) < recent and owns(w)
                 ]
                 await self._decide_all(due, now, "tick", stage1)
-                # Stage 2 by time: requests not taken up (retried after the grace), and every
-                # owned pool with inventory (a node, GPU or NIC failure changes its allocation).
-                owned = stage2.ownership.owns_pool
-                retry = [w for w in stage2.in_flight(now) if owned(stage2.pool_of(w) or "")]
-                await self._stage2(retry, now, "tick")
+                # Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure
+                # changes its allocation). A bounds-only request not taken up is sent again on the
+                # next recommendation after `pending_grace` (stage 1 republishes at least every
+                # `republish_seconds`), on input as fresh as stage 1's.
+                owned = self.stage2.ownership.owns_pool
                 for pool in sorted(pools):
                     if owned(pool):
                         await self._decide_pool(pool, now, "tick")
