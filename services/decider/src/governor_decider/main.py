@@ -1,19 +1,23 @@
 """governor-decider: load windows, policies and workload states in; decisions out.
 
-I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
-- reads its own checkpoints (governor.decider-state) first, so seq and history survive restarts;
+I/O only: what to decide is `governor.decider.DeciderCore` (pure), here as two cores, stage 1
+and stage 2, as separate instances would hold them. This shell
 - reads policies, workloads and the cluster (nodes with devices) as global tables (every
-  partition, from the beginning);
-- consumes governor.load in the consumer group `governor-decider` and decides once per fetch on
-  each workload whose windows it held;
-  for a pool with nodes in the cluster table, stage 2 (the allocation) then runs once per pool
-  touched by the batch;
-- ticks every `tick_seconds`, so staleness, fallback, cooldowns and panic exit fire without input
-  (a workload its load evaluated within the last tick is skipped);
-  on a tick every workload of a pool with inventory is evaluated, then each such pool's stage 2,
-  so a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
-- writes each checkpoint and waits for its acknowledgement before publishing the decision it
-  allows (a cycle's checkpoints in flight together, then its recommendations and decisions);
+  partition, from the beginning), into both cores;
+- consumes governor.load (stage 1) and governor.recommendations (stage 2) in ONE consumer group
+  `governor-decider`: another process with the same group takes a share of both. Per fetch,
+  stage 1 evaluates each workload whose windows it held and publishes its recommendation
+  (keyed by pool); stage 2 decides each recommended workload of a pool without inventory, then
+  runs the allocation once per touched pool with inventory;
+- follows its partitions: on an assignment it reads governor.decider-state and hands the
+  checkpoints to the cores (applied on first use); before the load offsets are committed (every
+  `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
+- ticks every `tick_seconds` over the workloads it owns, so staleness, fallback, cooldowns and
+  panic exit fire without input (a workload its load evaluated within the last tick is skipped);
+  every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
+  a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
+- writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
+  decision it allows (a cycle's checkpoints in flight together, then its decisions);
   publishes capacity shortfalls (governor.shortfalls, keyed by pool) when they change.
 """
 
