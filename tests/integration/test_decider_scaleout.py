@@ -217,7 +217,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
         await _poll_until(
             "the load partitions split between both deciders",
             lambda: split_between(journals),
-            120,
+            300,  # a broker shared with other runs: the checkpoints table may be large
             *deciders,
         )
         watch = Consumer(bootstrap, [load], group_id=None, check_keys=False)

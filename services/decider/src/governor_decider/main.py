@@ -139,6 +139,9 @@ class Decider:
             on_assigned=self._assigned,
             on_revoked=self._revoked,
             before_commit=self._before_commit,
+            # An assignment reads the checkpoints table (seconds at 10,000 workloads on a loaded
+            # machine): a 10 s session let the group drop the member meanwhile, round and round.
+            session_timeout_ms=30_000,
         )
         path = settings.journal
         # One journal per stage (replay each through a core of that role).
@@ -379,7 +382,8 @@ class Decider:
             frozenset(tp.partition for tp in tps if tp.topic == recs),
         )
         sec = self.s.kafka.security
-        table = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec)
+        # The lock is held throughout: a tick must not evaluate an owned workload before its
+        # checkpoint is in (the rebalance holds the fetches already).
         async with self._lock:
             self._evaluated.clear()
             now = time.time()
@@ -387,6 +391,9 @@ class Decider:
                 core.assign(own, now)
             for j in self.journals:
                 j.assign(own, now)
+            table = await read_table(
+                self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
+            )
             for cp in table.values():
                 plain = not cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX))
                 # Stage 1's checkpoints are keyed by workload; one of a one-instance decider
