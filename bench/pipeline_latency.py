@@ -32,6 +32,12 @@ workload, so decisions keep coming). Measured, in one run:
     uv run python bench/pipeline_latency.py --workloads 100 1000 --duration 60
     uv run python bench/pipeline_latency.py --workloads 1000 --duration 60 --aggregators 2
     uv run python bench/pipeline_latency.py --workloads 10000 --duration 30 --backlog 1000
+    uv run python bench/pipeline_latency.py --workloads 1000 10000 --duration 120 \
+        --aggregators 2 --deciders 2
+
+The N= line ends with the CPU per 1,000 workloads of the aggregators and the deciders (each
+summed over its processes) and the consumer lag (messages behind, summed over every service and
+topic of the run: samples and windows) at 30 s, at the end and its maximum.
 
 Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
 the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
@@ -108,7 +114,12 @@ def policy(ns: str, i: int) -> events.PolicyRecord:
 
 
 async def latency_run(
-    bootstrap: str, n: int, duration: float, tmp: Path, n_aggregators: int = 1
+    bootstrap: str,
+    n: int,
+    duration: float,
+    tmp: Path,
+    n_aggregators: int = 1,
+    n_deciders: int = 1,
 ) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     ns = f"bench-{run}"
@@ -139,18 +150,23 @@ async def latency_run(
         for i in range(n_aggregators)
     ]
     aggregator = aggregators[0]
-    decider = governor_service(
-        "decider",
-        bootstrap,
-        {
-            **quiet,
-            "GROUP_ID": f"bench-dec-{run}",
-            "LOAD_TOPIC": load_topic.name,
-            "RECOMMENDATIONS_TOPIC": recs_topic.name,
-            "DECISIONS_TOPIC": decisions_topic.name,
-        },
-        tmp / f"decider-{run}.log",
-    )
+    # One consumer group too: load and recommendations partitions are split between them.
+    deciders = [
+        governor_service(
+            "decider",
+            bootstrap,
+            {
+                **quiet,
+                "GROUP_ID": f"bench-dec-{run}",
+                "LOAD_TOPIC": load_topic.name,
+                "RECOMMENDATIONS_TOPIC": recs_topic.name,
+                "DECISIONS_TOPIC": decisions_topic.name,
+            },
+            tmp / f"decider-{run}-{i}.log",
+        )
+        for i in range(n_deciders)
+    ]
+    decider = deciders[0]
     collector = governor_service(
         "collector",
         bootstrap,
@@ -167,7 +183,7 @@ async def latency_run(
             events.WorkloadState(workload=wl, spec_replicas=1, ready_replicas=1, observed_at=now),
         )
     await producer.flush()
-    for s in (*aggregators, decider, collector):
+    for s in (*aggregators, *deciders, collector):
         s.start()
 
     ours = set(workloads)
@@ -221,9 +237,10 @@ async def latency_run(
                         rec_lat.append(arrived - v.newest_input)
                         rec_timeline.append((arrived, arrived - v.newest_input))
                 else:
-                    decisions.append(
-                        (v.workload, v.newest_input, v.decided_at, arrived - v.newest_input)
-                    )
+                    # evaluated_at: the recommendation's computed_at (stage 1), when stage 2
+                    # ran in another step (or instance); older deciders leave it 0.
+                    at = v.evaluated_at or v.decided_at
+                    decisions.append((v.workload, v.newest_input, at, arrived - v.newest_input))
                     if v.newest_input > newest_dec.get(v.workload, 0.0):
                         newest_dec[v.workload] = v.newest_input
                         dec_lat.append(arrived - v.newest_input)
@@ -237,7 +254,7 @@ async def latency_run(
             for i, a in enumerate(aggregators)
             if a.proc is not None
         },
-        "decider": decider.proc.pid,
+        **{f"decider{i or ''}": d.proc.pid for i, d in enumerate(deciders) if d.proc is not None},
         "collector": collector.proc.pid,
     }
     cpu0 = {k: cpu_s(v) for k, v in pids.items()}
@@ -248,13 +265,19 @@ async def latency_run(
     start = time.time()
     sent = 0
     lags: list[str] = []
+    # (seconds into the run, messages behind summed over every service and topic of the run)
+    lag_totals: list[tuple[float, int]] = []
     async with aiohttp.ClientSession() as http:
         while time.time() - start < duration:
             tick = time.time()
             # Every 15 s (a /metrics scrape of a decider with 1,000 workloads costs it ~0.3 s CPU).
             if int(tick - start) // 15 > len(lags) - 1:
                 rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
-                lags.append(f"t+{tick - start:.0f}s {_lags(*aggregators, decider)} RSS {rss_now}")
+                behind = _lags(*aggregators, *deciders)
+                lag_totals.append(
+                    (tick - start, sum(int(float(x.rsplit("=", 1)[1])) for x in behind))
+                )
+                lags.append(f"t+{tick - start:.0f}s {' '.join(behind)} RSS {rss_now}")
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -273,6 +296,8 @@ async def latency_run(
                 resp.raise_for_status()
                 sent += len(batch)
             await asyncio.sleep(max(0.0, 1.0 - (time.time() - tick)))
+    behind = _lags(*aggregators, *deciders)
+    lag_totals.append((time.time() - start, sum(int(float(x.rsplit("=", 1)[1])) for x in behind)))
     await asyncio.sleep(3)
     stop.set()
     await follower
@@ -282,7 +307,7 @@ async def latency_run(
     cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
     cpu["bench"] = (time.process_time() - own0) / elapsed
     rss = {k: rss_mib(v) for k, v in pids.items()}
-    for s in (collector, *aggregators, decider):
+    for s in (collector, *aggregators, *deciders):
         s.stop()
     # Tombstones for this run's policies and workload states, acknowledged together: the next
     # decider on this broker reads both tables in full when it starts.
@@ -311,9 +336,13 @@ async def latency_run(
         "dec_new_count": len(dec_new),
         "aggregator_rss_mib": rss["aggregator"],
         "aggregators": n_aggregators,
-        "decider_rss_mib": rss["decider"],
+        "decider_rss_mib": sum(v for k, v in rss.items() if k.startswith("decider")),
+        "deciders": n_deciders,
         "aggregator_cpu": sum(v for k, v in cpu.items() if k.startswith("aggregator")),
-        "decider_cpu": cpu["decider"],
+        "decider_cpu": sum(v for k, v in cpu.items() if k.startswith("decider")),
+        "lag_30s": next((lag for at, lag in lag_totals if at >= 30), lag_totals[-1][1]),
+        "lag_end": lag_totals[-1][1],
+        "lag_max": max(lag for _, lag in lag_totals),
         "collector_cpu": cpu["collector"],
         "bench_cpu": cpu["bench"],
         "load_start": load0,
@@ -330,18 +359,22 @@ async def latency_run(
     }
 
 
-def _lags(*services: Service) -> str:
-    """governor_bus_consumer_lag of each service (messages behind, by topic)."""
+def _lags(*services: Service) -> list[str]:
+    """governor_bus_consumer_lag of each service (messages behind, by topic), as name:topic=n."""
     out = []
     for svc in services:
-        for line in svc.metrics().splitlines():
+        try:
+            text = svc.metrics()
+        except OSError:  # a scrape that timed out (a loaded machine): this sample without it
+            continue
+        for line in text.splitlines():
             if line.startswith("governor_bus_consumer_lag{"):
                 topic = line.split('topic="', 1)[1].split('"', 1)[0]
                 if topic.startswith("bench-"):
                     out.append(
                         f"{svc.command.removeprefix('governor-')}:{topic}=" + line.rsplit(" ", 1)[1]
                     )
-    return " ".join(out)
+    return out
 
 
 async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
@@ -527,6 +560,13 @@ async def main() -> None:
         default=1,
         help="aggregator processes in the latency runs (one group: partitions split)",
     )
+    ap.add_argument(
+        "--deciders",
+        type=int,
+        default=1,
+        help="decider processes in the latency runs (one group: load and recommendations "
+        "partitions split)",
+    )
     ap.add_argument("--backlog", type=int, default=100_000, help="0 skips the throughput run")
     args = ap.parse_args()
     await ensure_topics(args.bootstrap)
@@ -545,7 +585,9 @@ async def main() -> None:
             )
         best = None
         for n in args.workloads:
-            r = await latency_run(args.bootstrap, n, args.duration, tmp, args.aggregators)
+            r = await latency_run(
+                args.bootstrap, n, args.duration, tmp, args.aggregators, args.deciders
+            )
             print(
                 f"N={n} ({r['aggregators']} aggregator process(es)): sample->recommendation "
                 f"p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
@@ -558,6 +600,10 @@ async def main() -> None:
                 f"decider {r['decider_cpu']:.2f}, collector {r['collector_cpu']:.2f}, "
                 f"this driver {r['bench_cpu']:.2f}; "
                 f"load average {r['load_start']:.1f} -> {r['load_end']:.1f}"
+                f"; CPU per 1000 workloads aggregator {1000 * r['aggregator_cpu'] / n:.3f} "
+                f"decider {1000 * r['decider_cpu'] / n:.3f} core"
+                f"; lag {r['lag_30s']} -> {r['lag_end']} max {r['lag_max']}"
+                f"; {r['deciders']} decider process(es)"
             )
             for line in r["lags"]:
                 print("   consumer lag", line)

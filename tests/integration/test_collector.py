@@ -25,7 +25,14 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import REGISTRY
 
 from governor.bus import Producer
-from governor.events import METRICS, POLICIES, SCHEMA_VERSION, MetricSample, PolicyRecord
+from governor.events import (
+    COLLECTOR_SOURCES,
+    METRICS,
+    POLICIES,
+    SCHEMA_VERSION,
+    MetricSample,
+    PolicyRecord,
+)
 from governor.spec import KafkaLagSource as KafkaLagSpec
 from governor.spec import ScalingPolicy, TargetRef, policy_from_obj
 from governor.topics import ensure_topics
@@ -130,17 +137,23 @@ async def make_topics(bootstrap: str, metrics: str, policies: str) -> None:
 async def running_collector(bootstrap: str, **over: Any) -> AsyncIterator[Collector]:
     from governor.settings import KafkaSettings
 
+    settings: dict[str, Any] = {
+        "metrics_topic": f"test.collector.metrics.{uid()}",
+        "policies_topic": f"test.collector.policies.{uid()}",
+        # A group of its own: collectors of other tests must not take a share of its sources.
+        "group_id": f"test-collector-{uid()}",
+        **over,
+    }
     s = CollectorSettings(
         kafka=KafkaSettings(bootstrap=bootstrap, client_id=f"test-collector-{uid()}"),
         http_host="127.0.0.1",
         http_port=0,
-        metrics_topic=f"test.collector.metrics.{uid()}",
-        policies_topic=f"test.collector.policies.{uid()}",
         start_timeout_seconds=30,
         shutdown_timeout_seconds=5,
-        **over,
+        **settings,
     )
     await make_topics(bootstrap, s.metrics_topic, s.policies_topic)
+    await ensure_topics(bootstrap, [COLLECTOR_SOURCES])
     c = Collector(s)
     await c.start()
     try:
@@ -533,6 +546,52 @@ async def test_policy_added_changed_deleted_live(
                 assert gauge("governor_collector_source_up", **up) is None
         finally:
             await producer.stop()
+
+
+async def test_two_collectors_split_the_pull_sources_and_share_push(
+    kafka_bootstrap: str, prometheus: PrometheusServer
+) -> None:
+    """Issue 19: a second collector with the same group takes a share of the pull sources (none
+    polled twice), both serve push, and the one left takes every pull source back."""
+    name = f"share-{uid()}"
+    workloads = [f"itest/Deployment/{name}-{i}" for i in range(8)]
+    for i, wl in enumerate(workloads):
+        prometheus.exporter.load.labels(workload=wl).set(i + 1)
+    prometheus.wait_for(f'governor_test_load{{workload="{workloads[-1]}"}}', 8)
+    topics = {
+        "metrics_topic": f"test.collector.metrics.{uid()}",
+        "policies_topic": f"test.collector.policies.{uid()}",
+        "group_id": f"test-collector-share-{uid()}",
+    }
+    pull = {(wl, "load") for wl in workloads}
+    push = {(wl, "q") for wl in workloads}
+
+    def pulled(c: Collector) -> set[tuple[str, str]]:
+        return set(c.scheduler.running) & pull
+
+    async with running_collector(kafka_bootstrap, **topics) as a:
+        _, ptopic = a.settings.topics()
+        async with Producer(kafka_bootstrap) as producer:
+            for i, wl in enumerate(workloads):
+                q = f'governor_test_load{{workload="{wl}"}}'
+                metrics = [
+                    prom_metric("load", prometheus.url, q),
+                    {"name": "q", "target": {"type": "Value", "value": 1}},
+                ]
+                pol = policy(f"{name}-{i}", f"{name}-{i}", metrics)
+                await producer.send(ptopic, PolicyRecord(pol))
+            await until(lambda: pulled(a) == pull, within=60, what="the first collector: all")
+            async with running_collector(kafka_bootstrap, **topics) as b:
+                await until(
+                    lambda: pulled(a) and pulled(b) and not pulled(a) & pulled(b),
+                    within=90,
+                    what="the pull sources split between the two",
+                )
+                await until(lambda: pulled(a) | pulled(b) == pull, within=60, what="all pulled")
+                assert push <= set(a.scheduler.running) and push <= set(b.scheduler.running)
+            await until(lambda: pulled(a) == pull, within=90, what="all back in the one left")
+            for i in range(len(workloads)):
+                await producer.tombstone(ptopic, f"itest/{name}-{i}")
 
 
 async def test_restart_reads_the_table_without_replaying_old_versions(

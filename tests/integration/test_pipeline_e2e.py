@@ -5,7 +5,8 @@ push endpoint, one produced straight into the metrics topic. The test plays the 
 publishes WorkloadState and follows each decision. Mid-run the decider is killed with SIGKILL
 and restarted. Then:
 - every closed window equals `governor.windows` over the same samples;
-- the decisions equal `DeciderCore` replayed over the decider's journal of inputs and ticks;
+- the decisions equal the stage-2 `DeciderCore` replayed over the decider's journal of inputs
+  and ticks;
 - every decision has reasons, seq only grows, no decision goes back to older input;
 - malformed samples get 400 from the push endpoint or land in the metrics DLQ.
 """
@@ -26,7 +27,6 @@ from aiokafka import AIOKafkaConsumer
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.decider import DeciderCore
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many
@@ -127,7 +127,8 @@ async def test_samples_to_decisions_end_to_end(
     metrics_topic = dataclasses.replace(events.METRICS, name=f"e2e-metrics-{unique_suffix}")
     load_topic = dataclasses.replace(events.LOAD, name=f"e2e-load-{unique_suffix}")
     decisions_topic = dataclasses.replace(events.DECISIONS, name=f"e2e-decisions-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic])
+    recs_topic = dataclasses.replace(events.RECOMMENDATIONS, name=f"e2e-recs-{unique_suffix}")
+    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic, recs_topic])
     ns = f"e2e-{unique_suffix}"
     wl_push, wl_direct = f"{ns}/Deployment/pushed", f"{ns}/Deployment/direct"
     ours = {wl_push, wl_direct}
@@ -165,6 +166,7 @@ async def test_samples_to_decisions_end_to_end(
         "GROUP_ID": f"dec-{unique_suffix}",
         "JOURNAL": str(journal_path),
         "LOAD_TOPIC": load_topic.name,
+        "RECOMMENDATIONS_TOPIC": recs_topic.name,
         "DECISIONS_TOPIC": decisions_topic.name,
     }
     decider = governor_service("decider", bootstrap, decider_settings, tmp_path / "decider.log")
@@ -283,11 +285,7 @@ async def test_samples_to_decisions_end_to_end(
         assert max(d.to_replicas for d in ds) >= 10  # the burst: 150 rps / 10 per pod
 
     # --- replay: DeciderCore over the journal gives the same decisions ---
-    replayed = [
-        out.decision
-        for _, out in journal.replay(journal.read(journal_path), DeciderCore)
-        if out.decision is not None and out.decision.workload in ours
-    ]
+    replayed = [d for d in journal.replayed_decisions(journal_path) if d.workload in ours]
     on_topic = {d.decision_id: d for d in decisions}
     replayed_by_id = {d.decision_id: d for d in replayed}
     for decision_id, d in on_topic.items():

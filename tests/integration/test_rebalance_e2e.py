@@ -26,7 +26,6 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.decider import DeciderCore
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
@@ -267,10 +266,7 @@ async def test_rebalance_on_the_running_system(
 
     # The journal replays to the same decisions.
     replayed = {
-        d.decision_id: d
-        for _, out in journal.replay(journal.read(journal_path), DeciderCore)
-        for d in ([out.decision] if out.decision else []) + out.decisions
-        if d.workload in ours
+        d.decision_id: d for d in journal.replayed_decisions(journal_path) if d.workload in ours
     }
     for d in decisions:
         assert replayed.get(d.decision_id) == d, d.decision_id

@@ -61,7 +61,7 @@ def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str]:
         )  # fmt: skip
         for kind_ in ("stable", "panic"):
             size = 60.0 if kind_ == "stable" else 6.0
-            d.core.on_window(
+            d.stage1.on_window(
                 events.LoadWindow(
                     workload=policy.workload, metric="q", window=kind_, start=now - size,
                     end=now, count=10, mean=80.0, max=80.0, p95=80.0, newest_sample=now - 0.5,
@@ -69,6 +69,13 @@ def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str]:
                 )
             )  # fmt: skip
     return d, train, web
+
+
+def _recommend(d: Decider, published: list[object]) -> None:
+    """What governor.recommendations would carry back to the stage-2 core."""
+    for value in published:
+        if isinstance(value, events.Recommendation):
+            d.stage2.on_recommendation(value)
 
 
 async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recommendation() -> None:
@@ -84,6 +91,7 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     d.producer.publish = send  # type: ignore[method-assign,assignment]
     await d._decide(train, now, "load")
     await d._decide(web, now, "load")
+    _recommend(d, published)
     await d._decide_pool(pool, now, "load")
 
     gpu, rdma = "nvidia.com/gpu", "koordinator.sh/rdma"
@@ -91,7 +99,7 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     assert cap == {gpu: 2.0, rdma: 1.0}
     assert _value("governor_decider_pool_capacity", pool=pool, resource="cpu") == 8.0
     # train wants more (80 / 10 = 8, damped by the scale-up rate) than the one RDMA VF allows.
-    alloc = d.core.pools[pool].allocation
+    alloc = d.stage2.pools[pool].allocation
     assert alloc is not None
     granted = alloc.grants[train].replicas
     assert granted == 1
@@ -135,14 +143,23 @@ async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due
         d, train, web = _decider(pool, f"latency-{trigger}", now)
         decisions: list[events.ScaleDecision] = []
 
-        async def send(topic: object, value: object, out: list[events.ScaleDecision] = decisions):
+        recs: list[object] = []
+
+        async def send(
+            topic: object,
+            value: object,
+            out: list[events.ScaleDecision] = decisions,
+            recs: list[object] = recs,
+        ) -> None:
             if isinstance(value, events.ScaleDecision):
                 out.append(value)
+            recs.append(value)
 
         d.producer.send = send  # type: ignore[method-assign,assignment]
         d.producer.publish = send  # type: ignore[method-assign,assignment]
         before = observed()
-        await d._decide_all((train, web), now, trigger)
+        await d._decide_all((train, web), now, trigger, d.stage1)
+        _recommend(d, recs)
         await d._decide_pool(pool, now, trigger)
         assert decisions, "both workloads want to scale up: stage 2 decides"
         counts[trigger] = observed() - before

@@ -122,6 +122,9 @@ def examples() -> dict[str, msgspec.Struct]:
             parent="root",
             covers={wl: {"nvidia.com/gpu": 1}},
         ),
+        events.COLLECTOR_SOURCES.name: events.CollectorMember(
+            collector="governor-collector-host-1", partitions=[0, 3], at=1.0
+        ),
     }
 
 

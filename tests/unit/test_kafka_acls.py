@@ -68,6 +68,7 @@ def test_every_service_has_rights_and_its_group() -> None:
         ("aggregator", "governor-aggregator"),
         ("decider", "governor-decider"),
         ("actuator", "governor-actuator"),
+        ("collector", "governor-collector"),  # the pull sources' split (governor.collector-sources)
     }
 
 
@@ -117,3 +118,16 @@ def test_read_librdkafka_conf(tmp_path: Path) -> None:
     f.write_text("not a pair\n")
     with pytest.raises(ValueError, match="not a key=value line"):
         read_librdkafka_conf(f)
+
+
+def test_the_decider_alone_writes_and_reads_recommendations_in_its_group() -> None:
+    """Stage 1 writes governor.recommendations, stage 2 (any decider of the group) reads it."""
+    name = events.RECOMMENDATIONS.name
+    found = bindings()
+    assert {b.principal for b in found if b.resource == name and b.operation == "WRITE"} == {
+        "decider"
+    }
+    readers = {b.principal for b in found if b.resource == name and b.operation == "READ"}
+    assert readers == {"decider", "viewer"}
+    assert allowed(found, "decider", "group", "governor-decider", "READ")
+    assert not allowed(found, "actuator", "topic", name, "READ")

@@ -16,10 +16,10 @@ Rules it keeps:
 - before a decision, a checkpoint (seq, history, rate-limit events, panic state) is emitted:
   the service writes it, waits for the acknowledgement, then publishes the decision.
 
-Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it
-(`on_node`). Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation
-per workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of
-a load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
+Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it.
+Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation per
+workload; `decide_pool(pool)` runs the allocation over all of them at once (each evaluation of a
+load window is followed by one `decide_pool` per touched pool, and every tick runs stage 1 for
 every workload of such pools, then `decide_pool` once per pool), and emits a decision only for a
 workload whose target differs from what it runs or was last asked for — the same
 in-flight/retry rules as stage 1. A pool without nodes in the cluster table keeps today's
@@ -29,18 +29,26 @@ paths (`policy.elastic`). The pool's previous Allocation is kept in memory and c
 remembered in memory only (after a restart the current ones are published once more).
 The quotas and queues tables (`on_quota`, `on_queue`) constrain every pool's allocation
 (`policy.quotas.constraints`: a quota's workloads in other pools count at their spec replicas).
-Stage 2 assumes this instance sees every workload of the pool it decides (one decider per set of
-pools); a workload of the pool never recommended yet is not in the allocation.
+
+Several deciders (`role`): the service runs a "stage1" core (the workloads of the load
+partitions it owns; it only recommends, for every pool; its checkpoints, keyed by workload, are
+flushed by `checkpoints_due` before the load offsets are committed) and a "stage2" core (the
+recommendations of the pools it owns: `decide_recommended` or `decide_pool`; checkpoints keyed
+"decision:<workload>"). A split core applies a checkpoint on the workload's (pool's) first use,
+so a journal replay and the service agree; `assign` drops what it no longer owns. The default
+role "both" holds both stages in one memory (the simulator, tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
 from governor import shadow as sh
+from governor.decider_memory import Memory, Outputs, PoolMemory, Stage1View
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -50,14 +58,14 @@ from governor.events import (
     Reason,
     Recommendation,
     ScaleDecision,
-    Shortfall,
     WorkloadState,
 )
+from governor.ownership import Ownership
 from governor.policy import elastic as el
 from governor.policy import evaluate
 from governor.policy.allocate import Allocation
 from governor.policy.quotas import constraints
-from governor.policy.rebalance import Member, ShortKey, plan, shortfall_updates
+from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
     WindowKey,
     bound,
@@ -65,6 +73,7 @@ from governor.policy.recommend import (
     observe,
     partition_cap,
     recommend,
+    signature,
     with_cap,
 )
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
@@ -75,59 +84,13 @@ _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
 _ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
 _ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
 POOL_PREFIX = "pool:"
+DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
+Role = Literal["both", "stage1", "stage2"]
 
 
 def pool_key(pool: str) -> str:
     """The checkpoint key of a pool's allocation (the decider-state topic is keyed by workload)."""
     return POOL_PREFIX + pool
-
-
-@dataclass
-class _Memory:
-    state: ScaleState = field(default_factory=ScaleState)
-    seq: int = 0
-    last_to: int | None = None
-    last_decided_at: float = 0.0
-    last_newest_input: float = 0.0
-    last_checkpoint_at: float = float("-inf")
-    elastic: el.ElasticState = field(default_factory=el.ElasticState)
-
-
-@dataclass
-class _PoolMemory:
-    allocation: Allocation | None = None
-    seq: int = 0
-    shortfalls: dict[str, ShortKey] = field(default_factory=dict)  # last published per workload
-
-
-@dataclass
-class Outputs:
-    """What one evaluation asks the service to publish, in this order.
-
-    Stage 1 fills `checkpoint`, `recommendation` and `decision`; a pool's stage 2 fills the lists:
-    first every checkpoint (acknowledged), then the decisions, then the shortfalls.
-    """
-
-    checkpoint: DeciderCheckpoint | None = None
-    recommendation: Recommendation | None = None
-    decision: ScaleDecision | None = None
-    note: str = ""  # why nothing was decided, for logs
-    checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
-    decisions: list[ScaleDecision] = field(default_factory=list)
-    shortfalls: list[Shortfall] = field(default_factory=list)
-    # Shadow policies (governor.shadow): checkpoints acknowledged before their decisions.
-    shadow_checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
-    shadow_decisions: list[ScaleDecision] = field(default_factory=list)
-
-
-@dataclass
-class _Stage1:
-    policy: ScalingPolicy
-    observed: WorkloadState
-    mem: _Memory
-    current: int
-    result: ScaleResult
-    rec: Recommendation
 
 
 @dataclass
@@ -143,19 +106,39 @@ class DeciderCore:
     policy_keys: dict[str, str] = field(default_factory=dict)  # namespace/name -> workload id
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
     windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
-    memory: dict[str, _Memory] = field(default_factory=dict)
+    memory: dict[str, Memory] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
     _cap_memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]] = field(
         default_factory=dict
     )
     recommendations: dict[str, dict[str, Recommendation]] = field(default_factory=dict)  # by pool
-    pools: dict[str, _PoolMemory] = field(default_factory=dict)
+    pools: dict[str, PoolMemory] = field(default_factory=dict)
     # The quotas and queues tables (topics governor.quotas, governor.queues), by key.
     quotas: dict[str, QuotaState] = field(default_factory=dict)
     queues: dict[str, QueueState] = field(default_factory=dict)
     # Shadow policies by workload, then policy key; their memory by (workload, policy key).
+    # Evaluated where stage 1 runs, on the same inputs.
     shadows: dict[str, dict[str, ScalingPolicy]] = field(default_factory=dict)
     shadow_memory: dict[tuple[str, str], sh.ShadowMemory] = field(default_factory=dict)
+    role: Role = "both"
+    ownership: Ownership = field(default_factory=Ownership.all)
+    # Split roles: checkpoints read at the last assignment, applied on first use (by key).
+    restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
+    # Stage 1: workloads evaluated since the last `checkpoints_due`.
+    dirty: dict[str, None] = field(default_factory=dict)
+    # Stage 1: a recommendation stage 2 would decide nothing new on (the same `signature`) is
+    # published again only after this long; (signature, when published) per workload.
+    republish_seconds: float = 30.0
+    published: dict[str, tuple[tuple[object, ...], float]] = field(default_factory=dict)
+    # Stage 2: after an assignment, pools are allocated only once every member had the time to
+    # recommend (stage 1 recommends each workload of a pool with inventory every tick).
+    settle_seconds: float = 2.5
+    settled_at: float = float("-inf")
+    _inventory: frozenset[str] = frozenset()  # the pools of `nodes`
+
+    def __post_init__(self) -> None:
+        if self.role != "both" and self.ownership.everything:
+            self.ownership = Ownership()  # a split core owns nothing until it is assigned
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -189,10 +172,12 @@ class DeciderCore:
     def on_node(self, node: NodeState) -> None:
         """A node of the cluster table (topic governor.cluster): capacity, devices, health."""
         self.nodes[node.node] = node
+        self._inventory = frozenset(n.pool for n in self.nodes.values())
 
     def on_node_deleted(self, name: str) -> None:
         """A node's tombstone on the cluster table."""
         self.nodes.pop(name, None)
+        self._inventory = frozenset(n.pool for n in self.nodes.values())
 
     def on_quota(self, key: str, quota: QuotaState | None) -> None:
         """A ResourceQuota of the quotas table (None: its tombstone)."""
@@ -209,26 +194,72 @@ class DeciderCore:
             self.queues[key] = queue
 
     def on_checkpoint(self, cp: DeciderCheckpoint) -> None:
-        """Restore after a restart; never goes back to an older checkpoint."""
-        if cp.policy:
+        """Restore after a restart; never goes back to an older checkpoint. A split core keeps
+        it for the workload's (pool's) first use after the assignment."""
+        if cp.policy:  # a shadow policy's
             held = self.shadow_memory.get((cp.workload, cp.policy))
             if held is None or held.seq <= cp.seq:
                 self.shadow_memory[(cp.workload, cp.policy)] = sh.restore(cp)
             return
+        if self.role != "both":
+            known = self.restorable.get(cp.workload)
+            if known is None or cp.seq >= known.seq:
+                self.restorable[cp.workload] = cp
+            return
+        self._restore(cp)
+
+    def assign(self, ownership: Ownership, now: float = float("-inf")) -> None:
+        """A rebalance at `now`: forget every workload's and pool's memory (the tables stay);
+        the checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
+        self.ownership = ownership
+        self.settled_at = now + self.settle_seconds
+        for held in (self.memory, self.windows, self.recommendations, self.pools, self.published):
+            held.clear()
+        self.restorable.clear()
+        self.dirty.clear()
+        self.shadow_memory.clear()
+
+    def _mem(self, workload: str) -> Memory:
+        """A workload's memory; in a split core restored from its checkpoint on first use."""
+        mem = self.memory.get(workload)
+        if mem is not None:
+            return mem
+        if self.role == "stage1":
+            cp = self.restorable.pop(workload, None)
+        else:
+            legacy = self.restorable.pop(workload, None)  # a one-instance decider's checkpoint
+            cp = self.restorable.pop(DECISION_PREFIX + workload, None)
+            if legacy is not None and (cp is None or legacy.seq > cp.seq):
+                cp = msgspec.structs.replace(legacy, workload=DECISION_PREFIX + workload)
+        if cp is not None:
+            self._restore(cp)
+        return self.memory.setdefault(workload, Memory())
+
+    def _pool_mem(self, pool: str) -> PoolMemory:
+        pm = self.pools.get(pool)
+        if pm is not None:
+            return pm
+        cp = self.restorable.pop(pool_key(pool), None)
+        if cp is not None:
+            self._restore(cp)
+        return self.pools.setdefault(pool, PoolMemory())
+
+    def _restore(self, cp: DeciderCheckpoint) -> None:
         if cp.workload.startswith(POOL_PREFIX):
             pool = cp.workload.removeprefix(POOL_PREFIX)
             known = self.pools.get(pool)
             if known is not None and known.seq > cp.seq:
                 return
-            self.pools[pool] = _PoolMemory(
+            self.pools[pool] = PoolMemory(
                 allocation=_ALLOCATION_DECODER.decode(cp.allocation) if cp.allocation else None,
                 seq=cp.seq,
             )
             return
-        mem = self.memory.get(cp.workload)
+        workload = cp.workload.removeprefix(DECISION_PREFIX)
+        mem = self.memory.get(workload)
         if mem is not None and mem.seq > cp.seq:
             return
-        self.memory[cp.workload] = _Memory(
+        self.memory[workload] = Memory(
             state=_STATE_DECODER.decode(cp.scale_state) if cp.scale_state else ScaleState(),
             seq=cp.seq,
             last_to=cp.last_to,
@@ -244,23 +275,23 @@ class DeciderCore:
 
     def has_inventory(self, pool: str) -> bool:
         """Whether the cluster table holds a node of this pool (then stage 2 allocates)."""
-        return any(n.pool == pool for n in self.nodes.values())
+        return pool in self._inventory  # asked per evaluation: not a scan of the nodes
 
     def inventory_pools(self) -> list[str]:
-        return sorted({n.pool for n in self.nodes.values()})
+        return sorted(self._inventory)
 
     def pool_of(self, workload: str) -> str | None:
         policy = self.policies.get(workload)
         return policy.spec.pool if policy is not None else None
 
-    def _stage1(self, workload: str, now: float) -> _Stage1 | Outputs:
+    def _stage1(self, workload: str, now: float) -> Stage1View | Outputs:
         policy = self.policies.get(workload)
         if policy is None:
             return Outputs(note="no policy")
         observed = self.workloads.get(workload)
         if observed is None:
             return Outputs(note="no WorkloadState yet: not acting")
-        mem = self.memory.setdefault(workload, _Memory())
+        mem = self._mem(workload)
         current = self._current(mem, observed, now)
         seen = msgspec.structs.replace(observed, spec_replicas=current)
         windows = self.windows.get(workload, {})
@@ -268,14 +299,22 @@ class DeciderCore:
         inputs = ScaleInputs(workload=seen, observations=observations)
         spec = self._capped(workload, policy.spec, partition_cap(policy.spec, windows))
         result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
+        throughput = None
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
             if tput is not None and tput.count and observed.ready_replicas == current:
-                mem.elastic = el.measured(mem.elastic, current, tput.mean)
+                throughput = tput.mean
+                if self.role == "both":
+                    mem.elastic = el.measured(mem.elastic, current, tput.mean)
+        if self.role == "stage1":
+            self.dirty[workload] = None
         if not result.actionable:
             return Outputs(note=", ".join(r.detail or r.rule for r in result.reasons))
         rec = recommend(policy, seen, result, now)
-        return _Stage1(policy, observed, mem, current, result, rec)
+        if self.role == "stage1" and throughput is not None:
+            # Stage 2 holds the elastic state (it resizes): it records the measurement.
+            rec = msgspec.structs.replace(rec, throughput=throughput)
+        return Stage1View(policy, observed, mem, current, result, rec)
 
     def _capped(self, workload: str, spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
         """The spec with the partition cap; memoized, since evaluate caches per spec object."""
@@ -288,7 +327,7 @@ class DeciderCore:
             self._cap_memo[key] = hit
         return hit[1]
 
-    def _current(self, mem: _Memory, observed: WorkloadState, now: float) -> int:
+    def _current(self, mem: Memory, observed: WorkloadState, now: float) -> int:
         in_flight = (
             mem.last_to is not None
             and mem.last_to != observed.spec_replicas
@@ -297,31 +336,27 @@ class DeciderCore:
         return mem.last_to if in_flight and mem.last_to is not None else observed.spec_replicas
 
     def decide(self, workload: str, now: float) -> Outputs:
+        if self.role == "stage2":
+            return self.decide_recommended(workload, now)
         out = self._decide_active(workload, now)
-        if self.shadows.get(workload) and workload in self.policies:
-            self._shadows(workload, now, out)
-        return out
-
-    def _shadows(self, workload: str, now: float, out: Outputs) -> None:
-        """Each Shadow policy of the workload on the same inputs (never actuated)."""
         observed = self.workloads.get(workload)
-        if observed is None:
-            return
-        windows = self.windows.get(workload, {})
-        for key, policy in sorted(self.shadows[workload].items()):
-            mem = self.shadow_memory.get((workload, key), sh.ShadowMemory())
-            d, mem = sh.evaluate_shadow(policy, observed, windows, mem, now,
-                                        step_seconds=self.step_seconds)  # fmt: skip
-            self.shadow_memory[(workload, key)] = mem
-            if d is not None:
-                out.shadow_checkpoints.append(sh.checkpoint(workload, key, mem, now))
-                out.shadow_decisions.append(d)
+        if self.shadows.get(workload) and workload in self.policies and observed is not None:
+            cps, ds = sh.evaluate_shadows(self.shadows[workload], observed,
+                                          self.windows.get(workload, {}), self.shadow_memory,
+                                          now, step_seconds=self.step_seconds)  # fmt: skip
+            out.shadow_checkpoints += cps
+            out.shadow_decisions += ds
+        return out
 
     def _decide_active(self, workload: str, now: float) -> Outputs:
         s1 = self._stage1(workload, now)
         if isinstance(s1, Outputs):
             return s1
         rec, mem = s1.rec, s1.mem
+        if self.role == "stage1":  # stage 2 decides, where the pool is owned
+            if self._unchanged(rec, now):
+                return Outputs(note="recommendation unchanged")
+            return Outputs(recommendation=rec)
         if self.has_inventory(rec.pool):
             # Stage 2 decides over the whole pool (`decide_pool`).
             self.recommendations.setdefault(rec.pool, {})[workload] = rec
@@ -330,6 +365,13 @@ class DeciderCore:
                 checkpoint=self._maybe_checkpoint(workload, mem, now),
                 note=f"pool {rec.pool} has inventory: stage 2 decides",
             )
+        out = Outputs(recommendation=rec)
+        self._bounds_only(s1, now, out)
+        return out
+
+    def _bounds_only(self, s1: Stage1View, now: float, out: Outputs) -> None:
+        """Stage 2 for a pool without inventory: the policy's bounds and restart damping."""
+        rec, mem = s1.rec, s1.mem
         to, extra = bound(rec)
         elastic = s1.policy.spec.elastic
         if elastic is not None:
@@ -347,12 +389,76 @@ class DeciderCore:
             to = v.replicas
             if v.reason is not None:
                 extra = [*extra, v.reason]
-        out = Outputs(recommendation=rec)
         self._decision(s1, to, [*s1.result.reasons, *extra], now, out)
+
+    def on_recommendation(self, rec: Recommendation) -> None:
+        """A recommendation off governor.recommendations; the newest per workload is kept."""
+        recs = self.recommendations.setdefault(rec.pool, {})
+        known = recs.get(rec.workload)
+        order = (rec.newest_input, rec.computed_at)
+        if known is None or order >= (known.newest_input, known.computed_at):
+            recs[rec.workload] = rec
+
+    def _unchanged(self, rec: Recommendation, now: float) -> bool:
+        """Whether stage 1 may skip publishing `rec`: bounds-only stage 2 would decide the same
+        on the last one it got (a pool's allocation and elastic jobs get every one)."""
+        if rec.elastic or self.has_inventory(rec.pool):
+            return False
+        sig = signature(rec)
+        last = self.published.get(rec.workload)
+        if last is not None and last[0] == sig and now - last[1] < self.republish_seconds:
+            return True
+        self.published[rec.workload] = (sig, now)
+        return False
+
+    def decide_recommended(self, workload: str, now: float) -> Outputs:
+        """Stage 2 on a workload's latest recommendation, for a pool without inventory (one with
+        inventory is decided whole, by `decide_pool`)."""
+        policy = self.policies.get(workload)
+        if policy is None:
+            return Outputs(note="no policy")
+        rec = self.recommendations.get(policy.spec.pool, {}).get(workload)
+        if rec is None:
+            return Outputs(note="no recommendation yet")
+        if self.has_inventory(rec.pool):
+            return Outputs(note=f"pool {rec.pool} has inventory: stage 2 decides")
+        s1 = self._from_rec(workload, rec, now)
+        if s1 is None:
+            return Outputs(note="no WorkloadState yet: not acting")
+        out = Outputs()
+        self._bounds_only(s1, now, out)
         return out
 
+    def checkpoints_due(self, now: float) -> list[DeciderCheckpoint]:
+        """Stage 1: the checkpoints of every workload evaluated since the last call (written
+        and acknowledged before the load offsets behind them are committed)."""
+        due = [self._checkpoint(w, self.memory[w], now) for w in self.dirty if w in self.memory]
+        self.dirty.clear()
+        return due
+
+    def _from_rec(self, workload: str, rec: Recommendation, now: float) -> Stage1View | None:
+        """A recommendation as stage 2 sees it, with this core's memory of the workload."""
+        policy = self.policies.get(workload)
+        observed = self.workloads.get(workload)
+        if policy is None or observed is None:
+            return None
+        mem = self._mem(workload)
+        current = self._current(mem, observed, now)
+        measured = rec.throughput is not None and observed.ready_replicas == current
+        if self.role == "stage2" and measured and rec.throughput is not None:
+            mem.elastic = el.measured(mem.elastic, current, rec.throughput)
+        result = ScaleResult(
+            desired=rec.desired,
+            current=rec.current,
+            bound_by="metric",
+            reasons=rec.reasons,
+            inputs=rec.inputs,
+            newest_input=rec.newest_input,
+        )
+        return Stage1View(policy, observed, mem, current, result, rec)
+
     def _decision(
-        self, s1: _Stage1, to: int, reasons: list[Reason], now: float, out: Outputs
+        self, s1: Stage1View, to: int, reasons: list[Reason], now: float, out: Outputs
     ) -> ScaleDecision | None:
         """Fill `out` with the decision to `to` (and its checkpoint) when one is due."""
         workload, mem, observed = s1.rec.workload, s1.mem, s1.observed
@@ -386,6 +492,7 @@ class DeciderCore:
             target=spec.target_ref,
             policy=s1.policy.key,
             min_available=s1.rec.floor if spec.target_ref.scale_min_available else None,
+            evaluated_at=s1.rec.computed_at,
         )
         return out.decision
 
@@ -394,36 +501,27 @@ class DeciderCore:
         nodes = [n for _, n in sorted(self.nodes.items()) if n.pool == pool]
         if not nodes:
             return Outputs(note=f"pool {pool}: no inventory")
+        if now < self.settled_at:
+            return Outputs(note=f"pool {pool}: members still recommending after an assignment")
         recs = self.recommendations.get(pool, {})
         members: list[Member] = []
-        stage1: dict[str, _Stage1] = {}
+        stage1: dict[str, Stage1View] = {}
         for workload, rec in sorted(recs.items()):
-            policy = self.policies.get(workload)
-            observed = self.workloads.get(workload)
-            if policy is None or observed is None or policy.spec.pool != pool:
+            s1 = self._from_rec(workload, rec, now)
+            if s1 is None or s1.policy.spec.pool != pool:
                 continue
-            mem = self.memory.setdefault(workload, _Memory())
-            current = self._current(mem, observed, now)
-            result = ScaleResult(
-                desired=rec.desired,
-                current=rec.current,
-                bound_by="metric",
-                reasons=rec.reasons,
-                inputs=rec.inputs,
-                newest_input=rec.newest_input,
-            )
-            stage1[workload] = _Stage1(policy, observed, mem, current, result, rec)
+            stage1[workload] = s1
             members.append(
                 Member(
                     rec=rec,
-                    current=current,
-                    elastic=policy.spec.elastic,
-                    state=mem.elastic,
-                    restarts=observed.restarts,
-                    started_at=observed.started_at,
+                    current=s1.current,
+                    elastic=s1.policy.spec.elastic,
+                    state=s1.mem.elastic,
+                    restarts=s1.observed.restarts,
+                    started_at=s1.observed.started_at,
                 )
             )
-        pm = self.pools.setdefault(pool, _PoolMemory())
+        pm = self._pool_mem(pool)
         out = Outputs()
         if not members:
             out.note = f"pool {pool}: no recommendations yet"
@@ -480,10 +578,10 @@ class DeciderCore:
         for pool in self.inventory_pools():
             yield pool_key(pool), self.decide_pool(pool, now)
 
-    def _checkpoint(self, workload: str, mem: _Memory, now: float) -> DeciderCheckpoint:
+    def _checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint:
         mem.last_checkpoint_at = now
         return DeciderCheckpoint(
-            workload=workload,
+            workload=DECISION_PREFIX + workload if self.role == "stage2" else workload,
             seq=mem.seq,
             last_to=mem.last_to,
             last_decided_at=mem.last_decided_at,
@@ -495,9 +593,7 @@ class DeciderCore:
             else b"",
         )
 
-    def _maybe_checkpoint(
-        self, workload: str, mem: _Memory, now: float
-    ) -> DeciderCheckpoint | None:
+    def _maybe_checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint | None:
         if now - mem.last_checkpoint_at < self.checkpoint_every:
             return None
         return self._checkpoint(workload, mem, now)

@@ -245,6 +245,9 @@ class Recommendation(Event):
     policy_generation: int
     computed_at: float
     joint_allocate: dict[str, Any] | None = None
+    # Elastic training jobs: the throughput stage 1 measured at `current` replicas (all ready),
+    # for the stage that holds the restart-damping state (it decides the resizes).
+    throughput: float | None = None
 
 
 class ScaleDecision(Event):
@@ -264,6 +267,8 @@ class ScaleDecision(Event):
     target: TargetRef | None = None
     policy: str = ""  # namespace/name of the ScalingPolicy
     min_available: int | None = None  # Volcano: the floor, when the policy moves minAvailable
+    # When stage 1 evaluated this input (the recommendation's computed_at; < decided_at if split)
+    evaluated_at: float = 0.0
 
 
 ActuationOutcome = Literal["applied", "refused", "failed", "dry_run", "noop"]
@@ -335,6 +340,16 @@ class DeciderCheckpoint(Event):
     # A Shadow policy's memory (namespace/name of the policy; governor.shadow): its own key,
     # so that a shadow never overwrites the Active policy's state or seq.
     policy: str = ""
+
+
+class CollectorMember(Event):
+    """A collector's share of the pull sources (topic governor.collector-sources, key: the
+    member), written at each assignment of the collectors' group: a pull source runs where the
+    partition of `workload/metric` went (governor_collector.share)."""
+
+    collector: str
+    partitions: list[int]
+    at: float
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -537,6 +552,18 @@ DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     readers=("decider",),
 )
 
+COLLECTOR_SOURCES: Topic[CollectorMember] = Topic(
+    "governor.collector-sources",
+    CollectorMember,
+    lambda m: m.collector,
+    "collector member id",
+    partitions=12,  # the unit of the split: more than collectors, so that each gets a share
+    retention_ms=24 * 3600 * 1000,
+    writers=("collector",),
+    readers=("collector", "viewer"),
+    groups=(("collector", "governor-collector"),),
+)
+
 TOPICS: tuple[Topic[Any], ...] = (
     METRICS,
     LOAD,
@@ -551,36 +578,27 @@ TOPICS: tuple[Topic[Any], ...] = (
     DECIDER_STATE,
     QUOTAS,
     QUEUES,
+    COLLECTOR_SOURCES,
 )
 
 # The aggregator's faust app (id `governor-aggregator`) declares its own internal topics: the
 # changelog of its series table and the assignor's leader topic. They carry no governor type.
 AGGREGATOR_APP_ID = "governor-aggregator"
 AGGREGATOR_TABLE = "governor-aggregator-series"
-FAUST_TOPICS: tuple[Access, ...] = (
-    Access(
+_AGGREGATOR: tuple[Principal, ...] = ("aggregator",)
+FAUST_TOPICS: tuple[Access, ...] = tuple(
+    Access(name, writers=_AGGREGATOR, readers=_AGGREGATOR, creators=_AGGREGATOR)
+    for name in (
         f"{AGGREGATOR_APP_ID}-{AGGREGATOR_TABLE}-changelog",
-        writers=("aggregator",),
-        readers=("aggregator",),
-        creators=("aggregator",),
-    ),
-    Access(
         f"{AGGREGATOR_APP_ID}-__assignor-__leader",
-        writers=("aggregator",),
-        readers=("aggregator",),
-        creators=("aggregator",),
-    ),
+    )
 )
 
 
 def access_table() -> tuple[Access, ...]:
     """Every topic governor uses, with who may write, read and create it: the contract's
     topics, their dead-letter topics and faust's internal ones."""
-    return (
-        *(t.access for t in TOPICS),
-        *(t.dlq_access for t in TOPICS),
-        *FAUST_TOPICS,
-    )
+    return (*(t.access for t in TOPICS), *(t.dlq_access for t in TOPICS), *FAUST_TOPICS)
 
 
 def topic_by_name(name: str) -> Topic[Any]:

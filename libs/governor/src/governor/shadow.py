@@ -97,6 +97,30 @@ def evaluate_shadow(
     return decision, msgspec.structs.replace(mem, seq=seq, replicas=to, decided_at=now)
 
 
+def evaluate_shadows(
+    policies: Mapping[str, ScalingPolicy],
+    observed: WorkloadState,
+    windows: Mapping[WindowKey, LoadWindow],
+    memory: dict[tuple[str, str], ShadowMemory],
+    now: float,
+    *,
+    step_seconds: float = 15.0,
+) -> tuple[list[DeciderCheckpoint], list[ScaleDecision]]:
+    """Every Shadow policy of one workload (by policy key) on the same inputs, in key order;
+    `memory` (by (workload, policy key)) is updated. The checkpoints go out before the
+    decisions."""
+    checkpoints: list[DeciderCheckpoint] = []
+    decisions: list[ScaleDecision] = []
+    for key, policy in sorted(policies.items()):
+        held = memory.get((observed.workload, key), ShadowMemory())
+        d, mem = evaluate_shadow(policy, observed, windows, held, now, step_seconds=step_seconds)
+        memory[(observed.workload, key)] = mem
+        if d is not None:
+            checkpoints.append(checkpoint(observed.workload, key, mem, now))
+            decisions.append(d)
+    return checkpoints, decisions
+
+
 def checkpoint(workload: str, policy: str, mem: ShadowMemory, now: float) -> DeciderCheckpoint:
     return DeciderCheckpoint(
         workload=workload,

@@ -45,6 +45,8 @@ class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     # Topic names (the contract's by default; other names for tests or a shared broker).
     metrics_topic: str = METRICS.name
     policies_topic: str = POLICIES.name
+    # Collectors with the same group split the pull sources (topic governor.collector-sources).
+    group_id: str = "governor-collector"
 
     def topics(self) -> tuple[Topic[MetricSample], Topic[PolicyRecord]]:
         """The metrics and policies topics, renamed as configured (same types and keys)."""

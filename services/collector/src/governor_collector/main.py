@@ -4,7 +4,8 @@ Reads the ScalingPolicies from `governor.policies`, runs one source per policy m
 (`sources/`), publishes MetricSamples to `governor.metrics`, accepts pushed samples on
 `POST /v1/samples`, and serves `/metrics`, `/healthz` and `/readyz` (ready = the Kafka producer
 is connected and the policies table is loaded). SIGTERM: stop taking pushes, let in-flight
-requests and polls finish, flush the producer, exit 0.
+requests and polls finish, flush the producer, exit 0. Several collectors with the same group
+split the pull sources between them (`share`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from governor_collector.openapi import openapi_route
 from governor_collector.policies import PolicyTable
 from governor_collector.push_auth import AuthUnavailable, KubeAuth, PushAuth, TokensFileAuth
 from governor_collector.scheduler import Scheduler
+from governor_collector.share import SourceShare
 from governor_collector.sources import SourceContext
 from governor_collector.sources.push import PUSH_HUB, PushHub, push_routes
 
@@ -62,6 +64,7 @@ class Collector:
             start_timeout_s=settings.start_timeout_seconds,
             security=settings.kafka.security,
         )
+        self.share = SourceShare(settings, self.producer, self.scheduler)
         self._stopping = False
         self._kube_api: object = None
         self.auth = _DeferredAuth()
@@ -97,6 +100,7 @@ class Collector:
             self.auth.use(KubeAuth(Kube(self._kube_api), self.settings.push_token_audiences))
         await self.producer.start()
         await self.policies.start()
+        await self.share.start()
         await self.server.start()
         log.info(
             "collector serving on %s:%d (Kafka %s)",
@@ -114,6 +118,7 @@ class Collector:
         log.info("collector stopping")
         await self.server.stop()  # waits for in-flight requests (their sends are acked)
         await self.policies.stop()
+        await self.share.stop()
         await self.scheduler.close()
         await self.ctx.close()
         await self.producer.stop()  # flushes

@@ -7,6 +7,10 @@ scheduler diffs the wanted set against what runs (`plan`, pure) and starts, stop
 effect without a restart and untouched sources keep their state (e.g. the previous offsets of
 `excludePersistentLag`).
 
+Several collectors split the pull sources (`owned`, pure): a pull source runs only where the
+collectors' consumer group assigned its partition (`reassign`); push sources run everywhere,
+since the push endpoints are shared behind one Service.
+
 Two policies naming the same (workload, metric) conflict: the policy whose key (namespace/name)
 sorts first wins, the other's metric is not started and counted
 (`governor_collector_policy_errors_total{reason="conflict"}`).
@@ -93,6 +97,24 @@ def wanted_sources(
     return wanted, conflicts
 
 
+Owns = Callable[[Key], bool]
+
+
+def owns_all(key: Key) -> bool:
+    """One collector alone (or before its group's first assignment): every pull source."""
+    return True
+
+
+def owned(wanted: Mapping[Key, WantedSource], owns: Owns) -> dict[Key, WantedSource]:
+    """The wanted sources this collector runs: its share of the pull sources, every push one
+    (a source of an unknown name stays, for `_start` to report)."""
+    return {
+        k: w
+        for k, w in wanted.items()
+        if w.name not in SOURCES or SOURCES[w.name].shape != "pull" or owns(k)
+    }
+
+
 def plan(running: Mapping[Key, WantedSource], wanted: Mapping[Key, WantedSource]) -> Plan:
     """What to do to go from `running` to `wanted` (restart = same key, different spec/target)."""
     start = sorted(k for k in wanted if k not in running)
@@ -130,6 +152,8 @@ class Scheduler:
         self.stop_grace_s = stop_grace_s
         self._running: dict[Key, _Running] = {}
         self._lock = asyncio.Lock()
+        self._owns: Owns = owns_all
+        self._policies: Mapping[str, ScalingPolicy] = {}
 
     @property
     def running(self) -> dict[Key, WantedSource]:
@@ -138,6 +162,7 @@ class Scheduler:
     async def apply(self, policies: Mapping[str, ScalingPolicy]) -> Plan:
         """Bring the running sources in line with `policies` (the whole table)."""
         async with self._lock:
+            self._policies = policies
             wanted, conflicts = wanted_sources(policies)
             for c in conflicts:
                 metrics.POLICY_ERRORS.labels("conflict").inc()
@@ -149,7 +174,7 @@ class Scheduler:
                     c.kept,
                     extra={"workload": c.key[0], "metric": c.key[1], "policy": c.dropped},
                 )
-            p = plan(self.running, wanted)
+            p = plan(self.running, owned(wanted, self._owns))
             for key in p.stop + p.restart:
                 await self._stop(key)
             for key in p.restart + p.start:
@@ -163,6 +188,12 @@ class Scheduler:
                     len(self._running),
                 )
             return p
+
+    async def reassign(self, owns: Owns) -> Plan:
+        """The collectors' group moved the pull sources: stop what is no longer ours, start
+        what became ours (untouched sources keep running, with their state)."""
+        self._owns = owns
+        return await self.apply(self._policies)
 
     async def close(self) -> None:
         async with self._lock:

@@ -1,8 +1,10 @@
-"""A JSON-lines record of every input the decider core saw, in order, so a run can be replayed
-through `DeciderCore` and compared decision by decision."""
+"""A JSON-lines record of every input a decider core saw, in order, so a run can be replayed
+through `DeciderCore` and compared decision by decision (the service keeps one journal per
+stage: replay each through a core of that role)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -16,9 +18,14 @@ from governor.events import (
     NodeState,
     QueueState,
     QuotaState,
+    Recommendation,
+    ScaleDecision,
     WorkloadState,
 )
+from governor.ownership import Ownership
 from governor.spec import ScalingPolicy
+
+log = logging.getLogger("governor.decider")
 
 
 class PolicyIn(msgspec.Struct, tag="policy"):
@@ -66,6 +73,28 @@ class QueueIn(msgspec.Struct, tag="queue"):
     queue: QueueState | None  # None: its tombstone
 
 
+class RecommendationIn(msgspec.Struct, tag="recommendation"):
+    recommendation: Recommendation
+
+
+class AssignIn(msgspec.Struct, tag="assign"):
+    """A rebalance: the partitions this instance now owns (none: revoked)."""
+
+    load_partitions: int
+    load: list[int]
+    recommendation_partitions: int
+    recommendations: list[int]
+    at: float = float("-inf")
+
+    def ownership(self) -> Ownership:
+        return Ownership(
+            self.load_partitions,
+            frozenset(self.load),
+            self.recommendation_partitions,
+            frozenset(self.recommendations),
+        )
+
+
 class RestartIn(msgspec.Struct, tag="restart"):
     """The process (re)started: its memory was empty before the checkpoints that follow."""
 
@@ -82,6 +111,8 @@ Entry = (
     | DecidePoolIn
     | QuotaIn
     | QueueIn
+    | RecommendationIn
+    | AssignIn
 )
 
 
@@ -89,6 +120,8 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self._file: IO[bytes] = path.open("ab", buffering=1 << 16)
         self._enc = msgspec.json.Encoder()
+        # A SIGKILL can cut the last line short: the newline ends it before this run's entries.
+        self._file.write(b"\n")
         self._write(RestartIn())
 
     def _write(self, entry: Entry) -> None:
@@ -118,6 +151,21 @@ class Journal:
     def queue(self, key: str, queue: QueueState | None) -> None:
         self._write(QueueIn(key, queue))
 
+    def recommendation(self, rec: Recommendation) -> None:
+        self._write(RecommendationIn(rec))
+
+    def assign(self, own: Ownership, at: float) -> None:
+        self._write(
+            AssignIn(
+                own.load_partitions,
+                sorted(own.load),
+                own.recommendation_partitions,
+                sorted(own.recommendations),
+                at,
+            )
+        )
+        self._file.flush()
+
     def decide_pool(self, pool: str, now: float) -> None:
         self._write(DecidePoolIn(pool, now))
         self._file.flush()
@@ -134,8 +182,13 @@ def read(path: Path) -> Iterator[Entry]:
     dec = msgspec.json.Decoder(Entry)
     with path.open("rb") as f:
         for line in f:
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 yield dec.decode(line)
+            except msgspec.DecodeError:
+                # Only a line a SIGKILL cut short (the next run's RestartIn follows it).
+                log.warning("journal %s: skipping a cut line (%d bytes)", path, len(line))
 
 
 def replay(
@@ -163,7 +216,25 @@ def replay(
             core.on_quota(e.key, e.quota)
         elif isinstance(e, QueueIn):
             core.on_queue(e.key, e.queue)
+        elif isinstance(e, RecommendationIn):
+            core.on_recommendation(e.recommendation)
+        elif isinstance(e, AssignIn):
+            core.assign(e.ownership(), e.at)
         elif isinstance(e, DecidePoolIn):
             yield e, core.decide_pool(e.pool, e.now)
         else:
             yield e, core.decide(e.workload, e.now)
+
+
+def stage2_path(path: Path) -> Path:
+    """Where the service journals its stage-2 core, beside `path` (its stage-1 core's)."""
+    return path.with_name(path.name + ".stage2")
+
+
+def replayed_decisions(path: Path) -> list[ScaleDecision]:
+    """Every decision the stage-2 journal beside `path` replays to, in order."""
+    return [
+        d
+        for _, out in replay(read(stage2_path(path)), lambda: DeciderCore(role="stage2"))
+        for d in ([out.decision] if out.decision else []) + out.decisions
+    ]

@@ -1,19 +1,23 @@
 """governor-decider: load windows, policies and workload states in; decisions out.
 
-I/O only: what to decide is `governor.decider.DeciderCore` (pure). This shell
-- reads its own checkpoints (governor.decider-state) first, so seq and history survive restarts;
+I/O only: what to decide is `governor.decider.DeciderCore` (pure), here as two cores, stage 1
+and stage 2, as separate instances would hold them. This shell
 - reads policies, workloads and the cluster (nodes with devices) as global tables (every
-  partition, from the beginning);
-- consumes governor.load in the consumer group `governor-decider` and decides once per fetch on
-  each workload whose windows it held;
-  for a pool with nodes in the cluster table, stage 2 (the allocation) then runs once per pool
-  touched by the batch;
-- ticks every `tick_seconds`, so staleness, fallback, cooldowns and panic exit fire without input
-  (a workload its load evaluated within the last tick is skipped);
-  on a tick every workload of a pool with inventory is evaluated, then each such pool's stage 2,
-  so a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
-- writes each checkpoint and waits for its acknowledgement before publishing the decision it
-  allows (a cycle's checkpoints in flight together, then its recommendations and decisions);
+  partition, from the beginning), into both cores;
+- consumes governor.load (stage 1) and governor.recommendations (stage 2) in ONE consumer group
+  `governor-decider`: another process with the same group takes a share of both. Per fetch,
+  stage 1 evaluates each workload whose windows it held and publishes its recommendation
+  (keyed by pool); stage 2 decides each recommended workload of a pool without inventory, then
+  runs the allocation once per touched pool with inventory;
+- follows its partitions: on an assignment it reads governor.decider-state and hands the
+  checkpoints to the cores (applied on first use); before the load offsets are committed (every
+  `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
+- ticks every `tick_seconds` over the workloads it owns, so staleness, fallback, cooldowns and
+  panic exit fire without input (a workload its load evaluated within the last tick is skipped);
+  every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
+  a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
+- writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
+  decision it allows (a cycle's checkpoints in flight together, then its decisions);
   publishes capacity shortfalls (governor.shortfalls, keyed by pool) when they change.
 """
 
@@ -31,112 +35,34 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from prometheus_client import Counter, Gauge, Histogram
 
 from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
-from governor.decider import DeciderCore, Outputs
+from governor.decider import DECISION_PREFIX, POOL_PREFIX, DeciderCore, Outputs
 from governor.entry import service_settings
-from governor.policy import devices as dev
+from governor.ownership import Ownership
 from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
 from governor_decider.cli import PREFIX
-from governor_decider.journal import Journal
+from governor_decider.journal import Journal, stage2_path
+from governor_decider.metrics import (
+    DECISIONS,
+    ELASTIC_RESTARTS,
+    EVALUATIONS,
+    LATENCY,
+    METRIC_TARGET,
+    METRIC_VALUE,
+    PANIC,
+    POOL_SECONDS,
+    REPLICAS,
+    SHADOW_REPLICAS,
+    SHORTFALLS,
+    WORKLOAD_DECISIONS,
+    pool_metrics,
+)
 
 log = logging.getLogger("governor.decider")
-
-DECISIONS = Counter(
-    "governor_decider_decisions_total",
-    "Scale decisions published, by the rule that bound them.",
-    ["rule"],
-)
-EVALUATIONS = Counter(
-    "governor_decider_evaluations_total", "Policy evaluations, by trigger.", ["trigger"]
-)
-LATENCY = Histogram(
-    "governor_decider_sample_to_decision_seconds",
-    "Newest input sample's event time to the publication of a decision made on that input "
-    "(decisions the tick made due by time are not observed).",
-    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0),
-)
-REPLICAS = Gauge(
-    "governor_decider_replicas",
-    "Replicas per workload: current (observed), desired (recommended), min and max.",
-    ["workload", "kind"],
-)
-SHADOW_REPLICAS = Gauge(
-    "governor_decider_shadow_replicas",
-    "Replicas a Shadow policy's arm last asked for (never actuated), by workload and policy.",
-    ["workload", "policy"],
-)
-PANIC = Gauge("governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"])
-SHORTFALLS = Counter(
-    "governor_decider_shortfalls_total",
-    "Shortfall records published (resolved ones included), by pool.",
-    ["pool"],
-)
-POOL_SECONDS = Histogram(
-    "governor_decider_pool_allocation_seconds",
-    "Wall time of one pool's stage 2 (allocation and damping).",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
-)
-
-# Per-workload and per-pool views for dashboards and alerts (docs/metrics.md lists the bounds).
-WORKLOAD_DECISIONS = Counter(
-    "governor_decider_workload_decisions_total",
-    "Scale decisions published per workload, by direction (up, down, same: a resend) and the "
-    "rule that bound them.",
-    ["workload", "direction", "rule"],
-)
-METRIC_VALUE = Gauge(
-    "governor_decider_metric_value",
-    "A policy metric's stable-window value as the last evaluation saw it (AverageValue: the "
-    "total over replicas; Utilization: percent of requests).",
-    ["workload", "metric"],
-)
-METRIC_TARGET = Gauge(
-    "governor_decider_metric_target",
-    "A policy metric's target, by target type (Value, AverageValue, Utilization).",
-    ["workload", "metric", "target_type"],
-)
-POOL_CAPACITY = Gauge(
-    "governor_decider_pool_capacity",
-    "What a pool's allocation could hand out, by resource (its unit: cores, bytes, devices): "
-    "allocatable minus unmanaged requests; GPUs and RDMA VFs from healthy devices.",
-    ["pool", "resource"],
-)
-POOL_ALLOCATED = Gauge(
-    "governor_decider_pool_allocated",
-    "What the granted replicas of a pool's allocation request, by resource.",
-    ["pool", "resource"],
-)
-POOL_SHORTFALL = Gauge(
-    "governor_decider_pool_shortfall",
-    "What the replicas wanted but not granted would need, by the resource that ran out.",
-    ["pool", "resource"],
-)
-SHORTFALL_REPLICAS = Gauge(
-    "governor_decider_shortfall_replicas",
-    "Replicas a workload wanted that its pool's allocation could not grant.",
-    ["workload", "pool"],
-)
-ELASTIC_RESTARTS = Gauge(
-    "governor_decider_elastic_restarts",
-    "Restarts observed on an elastic training job (WorkloadState.restarts).",
-    ["workload"],
-)
-
-
-def _replica_use(rec: events.Recommendation) -> dict[str, float]:
-    """One replica's request per allocation dimension (whole GPUs, RDMA VFs included)."""
-    use = {r: a for r, a in rec.requests.items() if a > 0 and r not in dev.DEVICE_RESOURCES}
-    req = dev.device_request(rec.requests, rec.joint_allocate)
-    if req.gpus or req.gpu_share:
-        use[dev.GPU] = req.gpus + req.gpu_share / dev.WHOLE
-    if req.nics:
-        use[dev.RDMA] = float(req.nics)
-    return use
 
 
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -160,16 +86,25 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     decisions_topic: str = events.DECISIONS.name
     # Stage 2's hysteresis margin (see governor.decider.DeciderCore.allocation_margin).
     allocation_margin: float = 0.0
+    # Stage 1's checkpoints are flushed (and then the load offsets committed) this often.
+    checkpoint_seconds: float = 5.0
 
 
 class Decider:
     def __init__(self, settings: DeciderSettings) -> None:
         self.s = settings
-        self.core = DeciderCore(
-            step_seconds=settings.step_seconds,
-            pending_grace=settings.pending_grace_seconds,
-            allocation_margin=settings.allocation_margin,
+        # Stage 1 for the load partitions this instance owns, stage 2 for the recommendations'
+        # (pools) it owns: two cores, as two instances would hold them.
+        self.stage1, self.stage2 = (
+            DeciderCore(
+                step_seconds=settings.step_seconds,
+                pending_grace=settings.pending_grace_seconds,
+                allocation_margin=settings.allocation_margin,
+                role=role,
+            )
+            for role in ("stage1", "stage2")
         )
+        self.cores = (self.stage1, self.stage2)
         sec = settings.kafka.security
         self.producer = Producer(
             settings.kafka.bootstrap, client_id="governor-decider", security=sec
@@ -187,17 +122,28 @@ class Decider:
             dlq_producer=self.producer,
             security=sec,
         )
+        # One group over both topics: another process with the same group id takes a share of
+        # the load partitions (stage 1) and of the recommendations partitions (stage 2).
         self.load = Consumer(
             settings.kafka.bootstrap,
-            [self.load_topic],
+            [self.load_topic, self.recommendations_topic],
             group_id=settings.group_id,
             client_id="governor-decider",
             # A new group starts at the newest windows; a restarted one resumes from its commits.
             auto_offset_reset="latest",
             dlq_producer=self.producer,
             security=sec,
+            on_assigned=self._assigned,
+            on_revoked=self._revoked,
+            before_commit=self._before_commit,
+            # An assignment reads the checkpoints table (seconds at 10,000 workloads on a loaded
+            # machine): a 10 s session let the group drop the member meanwhile, round and round.
+            session_timeout_ms=30_000,
         )
-        self.journal = Journal(Path(settings.journal)) if settings.journal else None
+        path = settings.journal
+        # One journal per stage (replay each through a core of that role).
+        self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
+        self._flushed_at = time.monotonic()
         self.tables_loaded = False
         # When each workload was last evaluated on its load (the ticker skips those just done).
         self._evaluated: dict[str, float] = {}
@@ -215,11 +161,6 @@ class Decider:
 
     async def restore(self) -> None:
         sec = self.s.kafka.security
-        checkpoints = await read_table(self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec)
-        for cp in checkpoints.values():
-            self.core.on_checkpoint(cp)
-            if self.journal:
-                self.journal.checkpoint(cp)
         policies = await read_table(self.s.kafka.bootstrap, events.POLICIES, security=sec)
         for key, rec in policies.items():
             self._policy(key, rec)
@@ -242,7 +183,7 @@ class Decider:
         self.tables_loaded = True
         log.info(
             "restored",
-            extra={"checkpoints": len(checkpoints), "policies": len(self.core.policies)},
+            extra={"policies": len(self.stage1.policies)},
         )
 
     def _policy(self, key: str, rec: events.PolicyRecord | None) -> None:
@@ -255,12 +196,13 @@ class Decider:
             )
             return
         policy = rec.policy if rec is not None else None
-        gone = self.core.policy_keys.get(key)
-        self.core.on_policy(key, policy)
-        if gone is not None and gone not in self.core.policies:
+        gone = self.stage1.policy_keys.get(key)
+        for core in self.cores:
+            core.on_policy(key, policy)
+        if gone is not None and gone not in self.stage1.policies:
             self._forget(gone)
-        if self.journal:
-            self.journal.policy(key, policy)
+        for j in self.journals:
+            j.policy(key, policy)
 
     def _forget(self, workload: str) -> None:
         """Drop a deleted policy's per-workload series (bounded label sets)."""
@@ -279,54 +221,40 @@ class Decider:
 
     def _pool_metrics(self, pool: str) -> None:
         """Capacity, allocation and shortfall of the pool's current allocation."""
-        memory = self.core.pools.get(pool)
-        alloc = memory.allocation if memory is not None else None
-        if alloc is None:
-            return
-        recs = self.core.recommendations.get(pool, {})
-        allocated = dict.fromkeys(alloc.capacity, 0.0)
-        short = dict.fromkeys(alloc.capacity, 0.0)
-        for workload, grant in alloc.grants.items():
-            rec = recs.get(workload)
-            if rec is not None:
-                for r, a in _replica_use(rec).items():
-                    allocated[r] = allocated.get(r, 0.0) + grant.replicas * a
-            for r, a in grant.missing.items():
-                short[r] = short.get(r, 0.0) + a
-            self._child(SHORTFALL_REPLICAS, workload, pool).set(
-                max(0, grant.wanted - grant.replicas)
-            )
-        for r, a in alloc.capacity.items():
-            POOL_CAPACITY.labels(pool, r).set(a)
-        for r, a in allocated.items():
-            POOL_ALLOCATED.labels(pool, r).set(a)
-        for r, a in short.items():
-            POOL_SHORTFALL.labels(pool, r).set(a)
+        memory = self.stage2.pools.get(pool)
+        if memory is not None and memory.allocation is not None:
+            recs = self.stage2.recommendations.get(pool, {})
+            pool_metrics(pool, memory.allocation, recs, self._child)
 
     def _workload(self, state: events.WorkloadState) -> None:
-        self.core.on_workload(state)
-        if self.journal:
-            self.journal.workload(state)
+        for core in self.cores:
+            core.on_workload(state)
+        for j in self.journals:
+            j.workload(state)
 
     def _node(self, node: events.NodeState) -> None:
-        self.core.on_node(node)
-        if self.journal:
-            self.journal.node(node)
+        for core in self.cores:
+            core.on_node(node)
+        for j in self.journals:
+            j.node(node)
 
     def _quota(self, key: str, quota: events.QuotaState | None) -> None:
-        self.core.on_quota(key, quota)
-        if self.journal:
-            self.journal.quota(key, quota)
+        for core in self.cores:
+            core.on_quota(key, quota)
+        for j in self.journals:
+            j.quota(key, quota)
 
     def _queue(self, key: str, queue: events.QueueState | None) -> None:
-        self.core.on_queue(key, queue)
-        if self.journal:
-            self.journal.queue(key, queue)
+        for core in self.cores:
+            core.on_queue(key, queue)
+        for j in self.journals:
+            j.queue(key, queue)
 
     def _node_deleted(self, name: str) -> None:
-        self.core.on_node_deleted(name)
-        if self.journal:
-            self.journal.node_deleted(name)
+        for core in self.cores:
+            core.on_node_deleted(name)
+        for j in self.journals:
+            j.node_deleted(name)
 
     async def on_table(self, msg: Message[Any]) -> None:
         async with self._lock:
@@ -345,26 +273,45 @@ class Decider:
                 self._queue(msg.key, msg.value)
 
     async def on_load(self, batch: list[Message[Any]]) -> None:
-        touched: dict[str, None] = {}
+        """One fetch: load windows into stage 1, recommendations into stage 2; each workload
+        evaluated once, however many of its records the fetch held."""
+        load: dict[str, None] = {}
+        recommended: dict[str, None] = {}
+        stage1, stage2 = self.cores
         async with self._lock:
+            j1, j2 = self.journals if self.journals else (None, None)
             for msg in batch:
-                window: events.LoadWindow = msg.value
-                self.core.on_window(window)
-                if self.journal:
-                    self.journal.window(window)
-                touched[window.workload] = None
+                value = msg.value
+                if isinstance(value, events.LoadWindow):
+                    stage1.on_window(value)
+                    load[value.workload] = None
+                    if j1 is not None:
+                        j1.window(value)
+                elif isinstance(value, events.Recommendation):
+                    stage2.on_recommendation(value)
+                    recommended[value.workload] = None
+                    if j2 is not None:
+                        j2.recommendation(value)
             now = time.time()
-            # Each workload once per fetch, however many of its windows the fetch held.
-            await self._decide_all(touched, now, "load")
-            for workload in touched:
+            await self._decide_all(load, now, "load", stage1)
+            for workload in load:
                 self._evaluated[workload] = now
-            pools: dict[str, None] = {}
-            for workload in touched:
-                pool = self.core.pool_of(workload)
-                if pool is not None and self.core.has_inventory(pool):
-                    pools[pool] = None
-            for pool in pools:
-                await self._decide_pool(pool, now, "load")
+            await self._stage2(recommended, now, "load")
+
+    async def _stage2(self, workloads: Iterable[str], now: float, trigger: str) -> None:
+        """Stage 2 for these workloads: bounds-only ones each, then each pool with inventory."""
+        core = self.stage2
+        alone: list[str] = []
+        pools: dict[str, None] = {}
+        for workload in workloads:
+            pool = core.pool_of(workload)
+            if pool is not None and core.has_inventory(pool):
+                pools[pool] = None
+            elif pool is not None:
+                alone.append(workload)
+        await self._decide_all(alone, now, trigger, core)
+        for pool in pools:
+            await self._decide_pool(pool, now, trigger)
 
     async def ticker(self) -> None:
         while not self._stop.is_set():
@@ -373,44 +320,115 @@ class Decider:
                 continue
             async with self._lock:
                 now = time.time()
+                stage1 = self.stage1
                 # Only workloads whose load this instance consumes: their partitions are ours.
                 # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
-                pools = self.core.inventory_pools()
-                members = {w for w, p in self.core.policies.items() if p.spec.pool in set(pools)}
+                pools = set(stage1.inventory_pools())
+                members = {w for w, p in stage1.policies.items() if p.spec.pool in pools}
                 # A workload its load evaluated within the last tick is not evaluated again (at
                 # 1 sample/s that is nearly every one): time still moves for each workload at
                 # least every two ticks, for staleness, fallback, cooldowns and panic exit.
                 recent = now - self.s.tick_seconds
+                owns = stage1.ownership.owns_workload
                 due = [
                     w
-                    for w in sorted(set(self.core.windows) | members)
-                    if self._evaluated.get(w, -math.inf) < recent
+                    for w in sorted(set(stage1.windows) | members)
+                    if self._evaluated.get(w, -math.inf) < recent and owns(w)
                 ]
-                await self._decide_all(due, now, "tick")
-                for pool in pools:
-                    await self._decide_pool(pool, now, "tick")
+                await self._decide_all(due, now, "tick", stage1)
+                # Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure
+                # changes its allocation). A bounds-only request not taken up is sent again on the
+                # next recommendation after `pending_grace` (stage 1 republishes at least every
+                # `republish_seconds`), on input as fresh as stage 1's.
+                owned = self.stage2.ownership.owns_pool
+                for pool in sorted(pools):
+                    if owned(pool):
+                        await self._decide_pool(pool, now, "tick")
             consumer_lag(self.load)
             consumer_lag(self.tables)
 
-    async def _decide(self, workload: str, now: float, trigger: str) -> None:
-        await self._decide_all((workload,), now, trigger)
+    # --- partitions: the cores' memory follows them ------------------------------------------
 
-    async def _decide_all(self, workloads: Iterable[str], now: float, trigger: str) -> None:
-        """Stage 1 for each workload, then everything it asks to publish, in flight together."""
+    async def _assigned(self, tps: set[Any]) -> None:
+        """A rebalance gave this instance `tps`: read the checkpoints (the previous owners wrote
+        theirs before giving the partitions up) and hand them to the cores."""
+        load, recs = self.load_topic.name, self.recommendations_topic.name
+        own = Ownership(
+            self.load.partition_count(load),
+            frozenset(tp.partition for tp in tps if tp.topic == load),
+            self.load.partition_count(recs),
+            frozenset(tp.partition for tp in tps if tp.topic == recs),
+        )
+        sec = self.s.kafka.security
+        # The lock is held throughout: a tick must not evaluate an owned workload before its
+        # checkpoint is in (the rebalance holds the fetches already).
+        async with self._lock:
+            self._evaluated.clear()
+            now = time.time()
+            for core in self.cores:
+                core.assign(own, now)
+            for j in self.journals:
+                j.assign(own, now)
+            table = await read_table(
+                self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
+            )
+            for cp in table.values():
+                plain = not cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX))
+                # Stage 1's checkpoints are keyed by workload; one of a one-instance decider
+                # (seq > 0) also seeds stage 2's seq, so a seq never goes back on an upgrade.
+                for i in ([0] if plain else []) + ([1] if not plain or cp.seq > 0 else []):
+                    self.cores[i].on_checkpoint(cp)
+                    for j in self.journals[i : i + 1]:
+                        j.checkpoint(cp)
+        log.info("assigned", extra={"partitions": sorted(f"{t}:{p}" for t, p in tps)})
+
+    async def _revoked(self, tps: set[Any]) -> None:
+        """Before the offsets are committed and the partitions go: stage 1's checkpoints."""
+        async with self._lock:
+            await self._flush()
+            now = time.time()
+            for core in self.cores:
+                core.assign(Ownership(), now)
+            for j in self.journals:
+                j.assign(Ownership(), now)
+
+    async def _before_commit(self) -> bool:
+        """Commit load offsets only together with the checkpoints of what they cover."""
+        if time.monotonic() - self._flushed_at < self.s.checkpoint_seconds:
+            return False
+        async with self._lock:
+            await self._flush()
+        return True
+
+    async def _flush(self) -> None:
+        due = self.stage1.checkpoints_due(time.time())
+        await self.producer.wait(
+            [await self.producer.publish(events.DECIDER_STATE, cp) for cp in due]
+        )
+        self._flushed_at = time.monotonic()
+
+    async def _decide(self, workload: str, now: float, trigger: str) -> None:
+        await self._decide_all((workload,), now, trigger, self.stage1)
+
+    async def _decide_all(
+        self, workloads: Iterable[str], now: float, trigger: str, core: DeciderCore
+    ) -> None:
+        """One stage for each workload, then everything it asks to publish, in flight together."""
         outs: list[tuple[str, Outputs]] = []
+        journals = self.journals[core is self.stage2 :][:1]
         for workload in workloads:
-            if self.journal:
-                self.journal.decide(workload, now)
-            outs.append((workload, self.core.decide(workload, now)))
+            for j in journals:
+                j.decide(workload, now)
+            outs.append((workload, core.decide(workload, now)))
         if outs:
             EVALUATIONS.labels(trigger).inc(len(outs))
         await self._publish_all(outs, trigger)
 
     async def _decide_pool(self, pool: str, now: float, trigger: str) -> None:
-        if self.journal:
-            self.journal.decide_pool(pool, now)
+        for j in self.journals[1:]:
+            j.decide_pool(pool, now)
         started = time.perf_counter()
-        out = self.core.decide_pool(pool, now)
+        out = self.stage2.decide_pool(pool, now)
         POOL_SECONDS.observe(time.perf_counter() - started)
         self._pool_metrics(pool)
         # Every checkpoint is acknowledged before any decision of this cycle goes out.
@@ -478,7 +496,7 @@ class Decider:
                 if inp.value is not None:
                     child(METRIC_VALUE, workload, inp.metric).set(inp.value)
             if rec.elastic:
-                observed = self.core.workloads.get(workload)
+                observed = self.stage1.workloads.get(workload)
                 if observed is not None:
                     self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
         for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
@@ -530,6 +548,10 @@ class Decider:
         ]
         log.info("decider running", extra={"http_port": health.port})
         await self._stop.wait()
+        async with self._lock:
+            await self._flush()
+        # The consumer's last commit flushes again (what it handled meanwhile) and goes through.
+        self._flushed_at = -math.inf
         await self.load.stop()
         await self.tables.stop()
         for t in tasks:
@@ -537,8 +559,8 @@ class Decider:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.producer.stop()
         await health.stop()
-        if self.journal:
-            self.journal.close()
+        for j in self.journals:
+            j.close()
 
     def stop(self) -> None:
         self._stop.set()

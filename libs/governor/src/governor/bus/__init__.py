@@ -84,7 +84,14 @@ from governor.bus.connect import (
     default_bootstrap,
     start_client,
 )
-from governor.bus.consumer import CONSUMED, DEAD_LETTERS, BatchHandler, Consumer, Handler
+from governor.bus.consumer import (
+    CONSUMED,
+    DEAD_LETTERS,
+    BatchHandler,
+    Consumer,
+    Handler,
+    PartitionsHook,
+)
 from governor.bus.lag import CONSUMER_LAG, consumer_lag, record_consumer_lag
 from governor.bus.producer import Producer
 from governor.bus.reading import read_table, records_to_end
@@ -114,6 +121,7 @@ __all__ = [
     "DlqReason",
     "Handler",
     "Message",
+    "PartitionsHook",
     "Producer",
     "codec_for",
     "connected",

@@ -45,6 +45,7 @@ CONSUMED = Counter(
 
 Handler = Callable[[Message[Any]], Awaitable[None]]
 BatchHandler = Callable[[list[Message[Any]]], Awaitable[None]]
+PartitionsHook = Callable[[set[TopicPartition]], Awaitable[None]]
 
 
 class _Revoker(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -52,10 +53,14 @@ class _Revoker(ConsumerRebalanceListener):  # type: ignore[misc]
         self._c = consumer
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._c._commit_partitions(set(revoked))
+        tps = set(revoked)
+        if self._c.on_revoked is not None:
+            await self._c.on_revoked(tps)
+        await self._c._commit_partitions(tps)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        return None
+        if self._c.on_assigned is not None:
+            await self._c.on_assigned(set(assigned))
 
 
 class Consumer:
@@ -80,10 +85,20 @@ class Consumer:
         check_keys: bool = True,
         start_timeout_s: float = 60.0,
         security: KafkaSecurity | None = None,
+        on_assigned: PartitionsHook | None = None,
+        on_revoked: PartitionsHook | None = None,
+        before_commit: Callable[[], Awaitable[bool]] | None = None,
         **aiokafka_kwargs: Any,
     ) -> None:
+        """`on_assigned`/`on_revoked` (group consumers): awaited inside a rebalance, before
+        fetching resumes / before the revoked partitions' offsets are committed, so a service's
+        state can follow its partitions. `before_commit`: awaited before each commit of new
+        offsets; it writes what the commit must not get ahead of (a checkpoint) and returns
+        whether to commit now (False: later, with more)."""
         if not topics:
             raise ValueError("Consumer needs at least one topic")
+        self.on_assigned, self.on_revoked = on_assigned, on_revoked
+        self._before_commit = before_commit
         self.bootstrap = bootstrap or default_bootstrap()
         self.group_id = group_id
         self.topics = list(topics)
@@ -185,6 +200,10 @@ class Consumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has, from the metadata the consumer holds (0: unknown)."""
+        return len(self._c().partitions_for_topic(topic) or ())
+
     def _c(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             raise RuntimeError("Consumer not started: await consumer.start() first")
@@ -205,6 +224,8 @@ class Consumer:
         assigned = c.assignment()
         todo = {tp: off for tp, off in todo.items() if tp in assigned}
         if not todo:
+            return
+        if self._before_commit is not None and not await self._before_commit():
             return
         try:
             await c.commit(todo)

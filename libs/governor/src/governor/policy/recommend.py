@@ -112,6 +112,21 @@ def recommend(
     )
 
 
+def signature(rec: Recommendation) -> tuple[object, ...]:
+    """What a bounds-only stage 2 decides on (reasons and inputs only describe it): two
+    recommendations with the same signature lead to the same target."""
+    return (
+        rec.desired,
+        rec.current,
+        rec.ready,
+        rec.min_replicas,
+        rec.max_replicas,
+        rec.floor,
+        rec.pool,
+        rec.policy_generation,
+    )
+
+
 def bound(rec: Recommendation) -> tuple[int, list[Reason]]:
     """Stage 2 without a capacity view: the recommendation within the policy's bounds."""
     if rec.desired > rec.max_replicas:

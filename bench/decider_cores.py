@@ -1,0 +1,100 @@
+"""The decider's cores at N workloads x 1 sample/s, without Kafka: CPU per 1,000 workloads and
+a cProfile of one second of load.
+
+What one second costs the two split cores (`DeciderCore` role "stage1" and "stage2", as the
+service runs them): decoding each workload's two LoadWindows off the wire, stage 1's evaluation,
+encoding the recommendations stage 1 publishes (an unchanged one only every 30 s), decoding them
+for stage 2 and its bounds-only decision. Kafka's own per-record cost (fetch, produce, acks) is
+not in it: `pipeline_latency.py` measures the services whole.
+
+    uv run python bench/decider_cores.py [--workloads 10000] [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.pipeline_latency import policy
+from governor import events
+from governor.bus import codec_for
+from governor.decider import DeciderCore
+from governor.ownership import Ownership
+
+
+def cores(n: int) -> tuple[DeciderCore, DeciderCore, list[str]]:
+    stage1, stage2 = DeciderCore(role="stage1"), DeciderCore(role="stage2")
+    workloads = []
+    for core in (stage1, stage2):
+        core.assign(Ownership.all())
+    for i in range(n):
+        p = policy("cores", i).policy
+        state = events.WorkloadState(
+            workload=p.workload, spec_replicas=4, ready_replicas=4, observed_at=0.0
+        )
+        for core in (stage1, stage2):
+            core.on_policy(f"cores/w{i}", p)
+            core.on_workload(state)
+        workloads.append(p.workload)
+    return stage1, stage2, workloads
+
+
+def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t: float) -> float:
+    """CPU seconds of the cores' work for one second of load (the windows are encoded first)."""
+    load, recs = codec_for(events.LOAD), codec_for(events.RECOMMENDATIONS)
+    raw = []
+    for i, wl in enumerate(workloads):
+        v = 40 + 35 * math.sin(t / 30 + i)
+        for kind, size in (("stable", 60.0), ("panic", 6.0)):
+            window = events.LoadWindow(
+                workload=wl, metric="rps", window=kind, start=t - size, end=t, count=10,
+                mean=v, max=v, p95=v, newest_sample=t - 0.5, closed=False,
+            )  # fmt: skip
+            raw.append(load.encode(window))
+    started = time.process_time()
+    for r in raw:
+        stage1.on_window(load.decode(r))
+    published = []
+    for wl in workloads:
+        rec = stage1.decide(wl, t).recommendation
+        if rec is not None:
+            published.append(recs.encode(rec))
+    touched = []
+    for r in published:
+        rec = recs.decode(r)
+        stage2.on_recommendation(rec)
+        touched.append(rec.workload)
+    for wl in touched:
+        stage2.decide(wl, t)
+    return time.process_time() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workloads", type=int, default=10_000)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    stage1, stage2, workloads = cores(args.workloads)
+    for t in range(1000, 1020):  # fill the windows' histories
+        one_second(stage1, stage2, workloads, float(t))
+    best = min(one_second(stage1, stage2, workloads, float(t)) for t in range(1020, 1025))
+    print(
+        f"N={args.workloads}: decider cores {best:.3f} CPU-s per second of load = "
+        f"{1000 * best / args.workloads:.4f} core per 1000 workloads"
+    )
+    prof = cProfile.Profile()
+    prof.enable()
+    one_second(stage1, stage2, workloads, 1030.0)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""The decider split across instances: stage 1 and stage 2 in separate cores, ownership by
+partition, checkpoints that follow the partitions (issue 19, item 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiokafka.partitioner import DefaultPartitioner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor.decider import DECISION_PREFIX, DeciderCore
+from governor.events import (
+    DeciderCheckpoint,
+    LoadWindow,
+    NodeState,
+    ScaleDecision,
+    WorkloadState,
+)
+from governor.ownership import Ownership, partition_of
+from governor.spec import ScalingPolicy, policies_from_yaml
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
+WL = "shop/Deployment/web"
+
+
+def policy() -> ScalingPolicy:
+    (p,) = policies_from_yaml(EXAMPLE.read_text())
+    return p
+
+
+def windows(t: float, mean: float) -> list[LoadWindow]:
+    return [
+        LoadWindow(
+            workload=WL,
+            metric="rps",
+            window=kind,
+            start=t - size,
+            end=t,
+            count=10,
+            mean=mean,
+            max=mean,
+            p95=mean,
+            newest_sample=t - 0.5,
+            closed=False,
+        )
+        for kind, size in (("stable", 60.0), ("panic", 6.0))
+    ]
+
+
+def state(replicas: int, at: float) -> WorkloadState:
+    return WorkloadState(
+        workload=WL, spec_replicas=replicas, ready_replicas=replicas, observed_at=at
+    )
+
+
+def new(role: str) -> DeciderCore:
+    core = DeciderCore(role=role)  # type: ignore[arg-type]
+    core.assign(Ownership.all())
+    core.on_policy("shop/web", policy())
+    return core
+
+
+class Split:
+    """Two split cores wired as the service wires them (the topic in between is a call)."""
+
+    def __init__(self) -> None:
+        self.stage1, self.stage2 = new("stage1"), new("stage2")
+        self.checkpoints: list[DeciderCheckpoint] = []  # what stage 2 wrote before deciding
+
+    def on_workload(self, s: WorkloadState) -> None:
+        for core in (self.stage1, self.stage2):
+            core.on_workload(s)
+
+    def step(self, t: float, mean: float) -> ScaleDecision | None:
+        for w in windows(t, mean):
+            self.stage1.on_window(w)
+        rec = self.stage1.decide(WL, t).recommendation
+        if rec is None:
+            return None
+        self.stage2.on_recommendation(rec)
+        out = self.stage2.decide(WL, t)
+        if out.checkpoint is not None:
+            self.checkpoints.append(out.checkpoint)
+        return out.decision
+
+
+loads = st.lists(st.floats(min_value=0.0, max_value=3000.0), min_size=1, max_size=40)
+
+
+@settings(max_examples=40, deadline=None)
+@given(loads)
+def test_split_cores_decide_as_one_core_when_the_target_follows(means: list[float]) -> None:
+    """With the target taking up each request at once (the actuator's normal case), the split
+    cores make the one-instance core's decisions: same seq, replicas, reasons and inputs."""
+    one, split = new("both"), Split()
+    replicas = 2
+    for i, mean in enumerate(means):
+        t = 1000.0 + 5 * i
+        s = state(replicas, t - 1)
+        one.on_workload(s)
+        split.on_workload(s)
+        for w in windows(t, mean):
+            one.on_window(w)
+        want = one.decide(WL, t).decision
+        got = split.step(t, mean)
+        assert got == want
+        if want is not None:
+            replicas = want.to_replicas
+
+
+def test_stage1_never_decides_and_stage2_never_evaluates_windows() -> None:
+    split = Split()
+    split.on_workload(state(2, 999.0))
+    for w in windows(1000.0, 2000.0):
+        split.stage1.on_window(w)
+    out = split.stage1.decide(WL, 1000.0)
+    assert out.recommendation is not None and out.decision is None and out.checkpoint is None
+    assert split.stage1.dirty == {WL: None}
+    assert not split.stage2.windows and split.stage2.decide(WL, 1000.0).decision is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(loads, st.integers(min_value=0, max_value=39))
+def test_a_handover_continues_stage1_from_its_checkpoint(means: list[float], cut: int) -> None:
+    """Stage 1's checkpoints (flushed before the offsets are committed) carry everything its
+    recommendations depend on: a new owner restored from them recommends what the old one
+    would have."""
+    old = new("stage1")
+    old.republish_seconds = 0.0  # every evaluation's recommendation, to compare them all
+    old.on_workload(state(2, 0.0))
+    cut = min(cut, len(means) - 1)
+    for i, mean in enumerate(means[:cut]):
+        for w in windows(1000.0 + 5 * i, mean):
+            old.on_window(w)
+        old.decide(WL, 1000.0 + 5 * i)
+    heir = DeciderCore(role="stage1", republish_seconds=0.0)
+    heir.on_policy("shop/web", policy())
+    heir.on_workload(state(2, 0.0))
+    heir.assign(Ownership.all())
+    for cp in old.checkpoints_due(2000.0):
+        heir.on_checkpoint(cp)
+    for i, mean in enumerate(means[cut:], start=cut):
+        t = 1000.0 + 5 * i
+        for core in (old, heir):
+            for w in windows(t, mean):
+                core.on_window(w)
+        assert heir.decide(WL, t).recommendation == old.decide(WL, t).recommendation
+
+
+def test_a_handover_of_stage2_keeps_seq_growing_and_decides_no_window_twice() -> None:
+    split = Split()
+    split.on_workload(state(2, 999.0))
+    d1 = split.step(1000.0, 1400.0)  # 1400 rps / 70 per pod -> up
+    assert d1 is not None and d1.seq == 1
+    # What the service wrote before publishing d1: stage 2's checkpoint of the workload.
+    rec = split.stage2.recommendations["default"][WL]
+    heir = new("stage2")
+    heir.on_workload(state(2, 999.0))  # the target has not taken d1 up yet
+    (cp,) = split.checkpoints
+    assert cp.workload == DECISION_PREFIX + WL and cp.seq == 1
+    heir.on_checkpoint(cp)
+    # The new owner re-reads the recommendation after the last commit: d1 again is in flight,
+    # so it is not decided a second time.
+    heir.on_recommendation(rec)
+    assert heir.decide(WL, 1001.0).decision is None
+    # New input: the next decision continues the seq.
+    split.stage1.on_workload(state(d1.to_replicas, 1002.0))
+    heir.on_workload(state(d1.to_replicas, 1002.0))
+    for w in windows(1020.0, 3000.0):  # past the scale-up rate limit's 15 s period
+        split.stage1.on_window(w)
+    rec2 = split.stage1.decide(WL, 1020.0).recommendation
+    assert rec2 is not None
+    heir.on_recommendation(rec2)
+    d2 = heir.decide(WL, 1020.0).decision
+    assert d2 is not None and d2.seq == 2 and d2.to_replicas > d1.to_replicas
+
+
+def test_a_one_instance_checkpoint_seeds_stage2_seq() -> None:
+    """Upgrading from one decider: its checkpoint (key: workload, seq 7) is stage 2's start."""
+    core = new("stage2")
+    core.on_checkpoint(DeciderCheckpoint(workload=WL, seq=7, last_to=2, updated_at=1.0))
+    core.on_checkpoint(DeciderCheckpoint(workload=DECISION_PREFIX + WL, seq=3))
+    split = Split()
+    split.stage2 = core
+    split.on_workload(state(2, 999.0))
+    d = split.step(1000.0, 1400.0)
+    assert d is not None and d.seq == 8
+
+
+def test_assign_forgets_memory_but_keeps_the_tables() -> None:
+    split = Split()
+    split.on_workload(state(2, 999.0))
+    assert split.step(1000.0, 1400.0) is not None
+    for core in (split.stage1, split.stage2):
+        core.assign(Ownership())
+        assert not core.memory and not core.windows and not core.recommendations
+        assert WL in core.policies and WL in core.workloads
+        assert not core.ownership.owns_workload(WL) and not core.ownership.owns_pool("default")
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(min_value=1, max_value=64))
+def test_partition_of_is_the_producers_partition(key: str, n: int) -> None:
+    assert partition_of(key, n) == DefaultPartitioner()(key.encode(), list(range(n)), [])
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=30),
+    st.sets(st.integers(min_value=0, max_value=5)),
+)
+def test_two_members_own_each_workload_and_pool_exactly_once(
+    keys: list[str], mine: set[int]
+) -> None:
+    a = Ownership(6, frozenset(mine), 6, frozenset(mine))
+    b = Ownership(6, frozenset(set(range(6)) - mine), 6, frozenset(set(range(6)) - mine))
+    for key in keys:
+        assert a.owns_workload(key) != b.owns_workload(key)
+        assert a.owns_pool(key) != b.owns_pool(key)
+
+
+def test_stage1_publishes_an_unchanged_recommendation_only_every_republish_seconds() -> None:
+    core = new("stage1")
+    core.on_workload(state(2, 0.0))
+    published = []
+    for t in range(1000, 1040):
+        for w in windows(float(t), 100.0):  # steady: the same desire every second
+            core.on_window(w)
+        if core.decide(WL, float(t)).recommendation is not None:
+            published.append(t)
+    assert published == [1000, 1030]
+    for w in windows(1041.0, 2000.0):  # a new desire goes out at once
+        core.on_window(w)
+    assert core.decide(WL, 1041.0).recommendation is not None
+
+
+def test_stage2_allocates_a_pool_only_once_its_members_could_recommend() -> None:
+    core = new("stage2")
+    core.on_node(NodeState(node="n1", pool="default", allocatable={"cpu": 64.0}))
+    split = Split()
+    split.stage2 = core
+    split.on_workload(state(2, 999.0))
+    for c in (split.stage1, core):
+        c.on_node(NodeState(node="n1", pool="default", allocatable={"cpu": 64.0}))
+    core.assign(Ownership.all(), now=1000.0)
+    split.step(1000.0, 1400.0)
+    assert "after an assignment" in core.decide_pool("default", 1001.0).note
+    assert core.decide_pool("default", 1003.0).decisions
+
+
+def test_stage2_sends_a_request_not_taken_up_again_on_a_recommendation_after_the_grace() -> None:
+    split = Split()
+    split.on_workload(state(2, 999.0))
+    d1 = split.step(1000.0, 280.0)  # 280 / 70 per pod: 2 -> 4, within the rate
+    assert d1 is not None
+    grace = split.stage2.pending_grace
+    assert split.step(1000.0 + grace - 1, 280.0) is None  # in flight: not again yet
+    split.stage1.republish_seconds = 0.0  # stage 1's periodic republication, now
+    retry = split.step(1000.0 + grace, 280.0)
+    assert retry is not None and retry.seq == 2 and retry.to_replicas == d1.to_replicas
