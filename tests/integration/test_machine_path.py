@@ -47,6 +47,7 @@ from tests.integration.test_actuator_kit import (
     scaling_policy,
     service_account_kubeconfig,
 )
+from tests.support.certs import serving_pair
 from tests.support.ci import unavailable
 from tests.support.procs import Service, free_port
 
@@ -135,21 +136,10 @@ def create_kafka_secrets(kubeconfig: Path, broker: SecureBroker, folder: Path) -
 def create_adapter_tls_secret(kubeconfig: Path, folder: Path) -> None:
     """README, "On your cluster": the metrics adapter's serving pair, a Secret of type tls for
     governor-metrics-adapter.governor-system.svc (here signed by a throwaway CA)."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    name = f"governor-metrics-adapter.{SYSTEM_NS}.svc"
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
-
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-            "-subj", "/CN=machine-path-ca")  # fmt: skip
-    openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={name}")
-    (folder / "san.ext").write_text(f"subjectAltName=DNS:{name}\n")
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "tls.crt", "-days", "1", "-extfile", "san.ext")  # fmt: skip
+    _, crt, key = serving_pair(folder, f"governor-metrics-adapter.{SYSTEM_NS}.svc")
     manifest = kubectl(kubeconfig, "-n", SYSTEM_NS, "create", "secret", "tls",
-                       "governor-metrics-adapter-tls", f"--cert={folder / 'tls.crt'}",
-                       f"--key={folder / 'tls.key'}", "--dry-run=client", "-o", "yaml")  # fmt: skip
+                       "governor-metrics-adapter-tls", f"--cert={crt}",
+                       f"--key={key}", "--dry-run=client", "-o", "yaml")  # fmt: skip
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest)
 
 
