@@ -3,11 +3,14 @@
 service principal, made with the README's `kubectl create secret`; then governor runs as it
 would in its pods, here as local processes on the secure broker (SASL_SSL, SCRAM-SHA-512, the
 topic table's ACLs: `kafka.sh up --secure`). Each process gets the config file the ConfigMap on
-the API server holds, its Secret as its Deployment mounts it (the Secret's keys as files, the
-mount path mapped to a local folder) and, for the two that talk to Kubernetes, its own
-ServiceAccount's token. A ScalingPolicy and a Deployment, samples on Kafka as the principal
-`metrics-producer`: the actuator applies one decision, and `governor explain` (as `viewer`)
-tells why.
+the API server holds, its Secrets as its Deployment mounts them (the Secrets' keys as files, the
+mount paths mapped to local folders) and, for those that talk to Kubernetes, its own
+ServiceAccount's token. The metrics adapter runs too, off the decision path: with its Kafka
+Secret, its serving pair (the Secret governor-metrics-adapter-tls, made with the README's
+`kubectl create secret tls`) and its token, it must get ready (its ACL on governor.load, its
+RBAC on the front proxy's trust). A ScalingPolicy and a Deployment, samples on Kafka as the
+principal `metrics-producer`: the actuator applies one decision, and `governor explain` (as
+`viewer`) tells why.
 
 Environment overrides on top of the rendered files are only what a pod does not need: local
 ports and a local state folder. The topics are the contract's (the ACLs name them); this run's
@@ -44,6 +47,7 @@ from tests.integration.test_actuator_kit import (
     scaling_policy,
     service_account_kubeconfig,
 )
+from tests.support.certs import serving_pair
 from tests.support.ci import unavailable
 from tests.support.procs import Service, free_port
 
@@ -58,6 +62,7 @@ SERVICES = {
     "aggregator": None,
     "decider": None,
     "actuator": "governor-actuator",
+    "metrics-adapter": "governor-metrics-adapter",
 }
 
 
@@ -128,21 +133,34 @@ def create_kafka_secrets(kubeconfig: Path, broker: SecureBroker, folder: Path) -
         )
 
 
+def create_adapter_tls_secret(kubeconfig: Path, folder: Path) -> None:
+    """README, "On your cluster": the metrics adapter's serving pair, a Secret of type tls for
+    governor-metrics-adapter.governor-system.svc (here signed by a throwaway CA)."""
+    _, crt, key = serving_pair(folder, f"governor-metrics-adapter.{SYSTEM_NS}.svc")
+    manifest = kubectl(kubeconfig, "-n", SYSTEM_NS, "create", "secret", "tls",
+                       "governor-metrics-adapter-tls", f"--cert={crt}",
+                       f"--key={key}", "--dry-run=client", "-o", "yaml")  # fmt: skip
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest)
+
+
 async def mounted_config(kube: Kube, service: str, config_text: str, root: Path) -> str:
     """The config file as the pod sees it: the service's Deployment (on the API server) mounts
-    the Secret of its `kafka` volume at a path; here that Secret's keys are files in a local
-    folder and the config's paths under the mount point to it."""
+    the Secrets of its volumes (`kafka`; the adapter's `tls` too) at paths; here each Secret's
+    keys are files in a local folder and the config's paths under its mount point to it."""
     d = await kube.get("apps/v1", "deployments", f"governor-{service}", namespace=SYSTEM_NS)
     spec = d["spec"]["template"]["spec"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == "kafka"]
-    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kafka"]
-    secret = await kube.get("v1", "secrets", volume["secret"]["secretName"], namespace=SYSTEM_NS)
-    folder = root / service / "kafka"
-    folder.mkdir(parents=True)
-    for key, value in secret["data"].items():
-        (folder / key).write_bytes(base64.b64decode(value))
-    assert mount["mountPath"] in config_text, (service, mount["mountPath"])
-    return config_text.replace(mount["mountPath"], str(folder))
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    assert "kafka" in secrets, (service, secrets)
+    for volume, secret_name in secrets.items():
+        secret = await kube.get("v1", "secrets", secret_name, namespace=SYSTEM_NS)
+        folder = root / service / volume
+        folder.mkdir(parents=True)
+        for key, value in secret["data"].items():
+            (folder / key).write_bytes(base64.b64decode(value))
+        assert mounts[volume] in config_text, (service, mounts[volume])
+        config_text = config_text.replace(mounts[volume], str(folder))
+    return config_text
 
 
 @pytest_asyncio.fixture
@@ -187,6 +205,7 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
         kubeconfig_path, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered
     )
     create_kafka_secrets(kubeconfig_path, kafka_secure, tmp_path)
+    create_adapter_tls_secret(kubeconfig_path, tmp_path)
     await install_crds(admin)  # the other projects' CRDs the actuator and collector look for
 
     # Each service's config file, as its pod would mount it from the ConfigMap, with its Secret.
@@ -229,6 +248,13 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
         ),
         service("decider", "HTTP_PORT", HTTP_HOST="127.0.0.1"),
         service("actuator", "HTTP__PORT", HTTP__HOST="127.0.0.1"),
+        service(
+            "metrics-adapter",
+            "HTTP__PORT",
+            HTTP__HOST="127.0.0.1",
+            SERVE__HOST="127.0.0.1",
+            SERVE__PORT="0",
+        ),
     ]
     await admin.create("apps/v1", "deployments", deployment(ns, "web", replicas=1), namespace=ns)
     await ready_deployment(admin, ns, "web")

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import contextlib
 import ssl
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +31,7 @@ from governor.external_metrics import GROUP_VERSION
 from governor.kube import Kube, KubeError
 from governor.topics import ensure_topics
 from tests.fixtures.kube import KubeIdentities
+from tests.support.certs import serving_pair
 from tests.support.procs import Service, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,25 +41,6 @@ SERVICE = "governor-metrics-adapter"
 ADAPTER = Path(sys.executable).with_name("governor-metrics-adapter")
 TARGET_PER_POD = 10  # rps per replica
 OFFERED = 45.0  # rps: the HPA must settle on ceil(45 / 10) = 5 replicas
-
-
-def _certs(folder: Path, namespace: str) -> tuple[Path, Path, Path]:
-    """A CA and the adapter's serving pair for <service>.<namespace>.svc (the aggregator checks
-    that name whatever address it dials)."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
-
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-            "-subj", "/CN=adapter-test-ca")  # fmt: skip
-    openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost")
-    (folder / "san.ext").write_text(
-        f"subjectAltName=DNS:{SERVICE}.{namespace}.svc,DNS:localhost,IP:127.0.0.1\n"
-    )
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "tls.crt", "-days", "1", "-extfile", "san.ext")  # fmt: skip
-    return folder / "ca.crt", folder / "tls.crt", folder / "tls.key"
 
 
 async def _until(what: str, probe: Any, timeout_s: float, every_s: float = 0.5) -> Any:
@@ -82,7 +63,9 @@ async def adapter(
     kube = Kube(kube_api)
     topic: Topic[LoadWindow] = Topic(unique_topic, LoadWindow, LOAD.key, LOAD.key_doc)
     await ensure_topics(kafka_bootstrap, [topic], partitions=1)
-    ca, crt, key = await asyncio.to_thread(_certs, tmp_path, unique_namespace)
+    ca, crt, key = await asyncio.to_thread(
+        serving_pair, tmp_path, f"{SERVICE}.{unique_namespace}.svc", "DNS:localhost", "IP:127.0.0.1"
+    )
     port, http_port = free_port(), free_port()
     proc = Service(
         str(ADAPTER),

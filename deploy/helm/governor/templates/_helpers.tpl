@@ -1,6 +1,8 @@
-{{/* The services, in the kustomize base's order. */}}
+{{/* The services, in the kustomize base's order; the metrics adapter with
+  metricsAdapter.enabled. */}}
 {{- define "governor.services" -}}
 collector cluster-collector aggregator decider actuator
+{{- if .Values.metricsAdapter.enabled }} metrics-adapter{{ end }}
 {{- end -}}
 
 {{/* Labels on every object: the base's part-of, plus Helm's own. */}}
@@ -58,4 +60,10 @@ kafka:
     {{- include "governor.kafkaSecurity" . | nindent 4 }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* Where the metrics adapter mounts its serving pair, the Secret governor-metrics-adapter-tls
+  (tls.crt, tls.key). */}}
+{{- define "governor.tlsMount" -}}
+/var/run/secrets/governor/tls
 {{- end -}}

@@ -361,17 +361,8 @@ T = TypeVar("T", bound=msgspec.Struct)
 # super user), `viewer` (reads what `governor explain`/`ab` and subscribers read) and
 # `metrics-producer` (apps and load generators writing samples directly), and
 # `metrics-adapter` (governor-metrics-adapter, serving the load windows to HPAs).
-Principal = Literal[
-    "collector",
-    "cluster-collector",
-    "aggregator",
-    "decider",
-    "actuator",
-    "admin",
-    "viewer",
-    "metrics-producer",
-    "metrics-adapter",
-]
+Principal = Literal["collector", "cluster-collector", "aggregator", "decider", "actuator",
+                    "admin", "viewer", "metrics-producer", "metrics-adapter"]  # fmt: skip
 PRINCIPALS: tuple[Principal, ...] = get_args(Principal)
 
 
