@@ -32,18 +32,28 @@ def forecast(
     for name, load in ev.loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds,
+            f.half_life_seconds, ev.horizon * BURST_MEMORY_HORIZONS,
         )  # fmt: skip
         out[name] = fs
         bound = fc.upper(load, fs.up)
         floor = fc.replicas_for(bound)
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
-        ev.gate = max(ev.gate, fc.replicas_for(fc.upper(load, fs.down)))
+        gate = fc.upper(load, fs.down)
+        if load < BURST_COLLAPSE * fs.level:
+            # The load collapsed from a recent burst: hold the (decaying) burst level, so the
+            # next burst does not arrive at too few replicas during the start-up.
+            gate = max(gate, fs.level)
+        ev.gate = max(ev.gate, fc.replicas_for(gate))
     return out
 
 
 _FRESH = fc.ForecastState()
+# The burst level's half-life in horizons and the collapse that engages it (measured on
+# azure_llm_code_10s and the nine smoother traces, docs/simulation.md): a load below a quarter
+# of its recent level is between bursts, not a trend down, which falls slower than that.
+BURST_MEMORY_HORIZONS = 8.0
+BURST_COLLAPSE = 0.25
 
 
 def forecast_floor(ev: Evaluation, desired: int) -> int | None:
