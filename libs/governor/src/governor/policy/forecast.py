@@ -38,8 +38,9 @@ _RENORMALIZE_AT = 1e12
 class ForecastState(msgspec.Struct, array_like=True, frozen=True):
     """One metric's forecaster. `loads`: the last samples (replica units), oldest first; `counts`:
     the growth histogram in weights that grow with time (`weight` is the next sample's), so
-    forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample; `level`: the recent burst level
-    (a peak that decays, see `observe`), `levels` its last values, aligned with `loads`."""
+    forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample;
+    `level`: the recent burst level (a peak that decays, see `observe`), `levels` its last
+    values, aligned with `loads`."""
 
     at: float = -math.inf
     loads: tuple[float, ...] = ()
@@ -90,7 +91,7 @@ def observe(
     for a bursty or scale-to-zero load the growth quantile alone holds no replicas between
     bursts; the level remembers the last burst for the scale-down gate (headroom.py). Growth
     is measured from the level H ago rather than the load H ago, so a burst that returns is
-    not counted as growth from zero (a smooth load's level is about its load, so little changes there)."""
+    not counted as growth from zero (a smooth load's level is about its load: little changes)."""
     if now < state.at + step * 0.999:
         return state  # the decider evaluates more often than once a step: same bucket
     load = max(load, 0.0)

@@ -39,12 +39,14 @@ def forecast(
         floor = fc.replicas_for(bound)
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
-        gate = fc.upper(load, fs.down)
-        if load < BURST_COLLAPSE * fs.level:
+        gate = fc.replicas_for(fc.upper(load, fs.down))
+        if load < BURST_COLLAPSE * fs.level and fc.replicas_for(fs.level) > max(gate, ev.gate):
             # The load collapsed from a recent burst: hold the (decaying) burst level, so the
             # next burst does not arrive at too few replicas during the start-up.
-            gate = max(gate, fs.level)
-        ev.gate = max(ev.gate, fc.replicas_for(gate))
+            gate, ev.burst = fc.replicas_for(fs.level), True
+        elif gate > ev.gate:
+            ev.burst = False
+        ev.gate = max(ev.gate, gate)
     return out
 
 
@@ -87,10 +89,7 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
         return None
     allowed = max(desired, ev.gate)
     if allowed >= current:
-        detail = (
-            f"scale-down to {desired} waits: p{r.down_quantile * 100:.4g} of load over next"
-            f" {ev.horizon:.4g} s needs {ev.gate}"
-        )
+        detail = f"scale-down to {desired} waits: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return current
     least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
@@ -99,10 +98,15 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return current
     if allowed != desired:
-        detail = (
-            f"scale-down to {allowed}, not {desired}: p{r.down_quantile * 100:.4g} of load"
-            f" over next {ev.horizon:.4g} s needs {ev.gate}"
-        )
+        detail = f"scale-down to {allowed}, not {desired}: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return allowed
     return None
+
+
+def _gate_why(ev: Evaluation) -> str:
+    if ev.burst:
+        return f"the load fell from a recent burst; its decaying level needs {ev.gate}"
+    r = ev.c.reduce
+    assert r is not None
+    return f"p{r.down_quantile * 100:.4g} of load over next {ev.horizon:.4g} s needs {ev.gate}"
