@@ -33,6 +33,12 @@ HALF = 0.5  # the replica added to both sides of a growth ratio
 _LOG_MAX = math.log(MAX_RATIO)
 _EDGES = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))  # upper edge of each bin
 _RENORMALIZE_AT = 1e12
+# A load below this fraction of its recent burst level and below IDLE replicas is between
+# bursts (a near-idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
+# the level there. Both conditions, so a smooth trend down (it falls slower, and stays busy) is
+# as before: measured on the nine smoother traces of docs/simulation.md.
+BURST_COLLAPSE = 0.25
+IDLE = 2.0
 
 
 class ForecastState(msgspec.Struct, array_like=True, frozen=True):
@@ -102,7 +108,9 @@ def observe(
     levels = (*state.levels, level)[-(steps + 1) :]
     if len(levels) <= steps:  # also a state from before `levels`: refill the window first
         return msgspec.structs.replace(state, at=now, loads=loads, level=level, levels=levels)
-    base, ahead = levels[0], max(loads[1:])
+    base, ahead = loads[0], max(loads[1:])
+    if base < min(IDLE, BURST_COLLAPSE * levels[0]):
+        base = levels[0]  # between bursts: growth from the burst level, not from the gap
     b = growth_bin((ahead + HALF) / (base + HALF))
     counts = list(state.counts) if state.counts else [0.0] * BINS
     weight = state.weight

@@ -22,17 +22,15 @@ def forecast(
     known = state.forecasts or {}
     if not ev.loads:
         return state.forecasts
-    if f.horizon_seconds is not None:
-        ev.horizon = f.horizon_seconds
-    else:
-        ev.horizon = (startup if startup is not None else f.startup_seconds) + step
+    start = startup if startup is not None else f.startup_seconds
+    ev.horizon = f.horizon_seconds if f.horizon_seconds is not None else start + step
     steps = fc.horizon_steps(ev.horizon, step)
     down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
     out = dict(known)
     for name, load in ev.loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds, ev.horizon * BURST_MEMORY_HORIZONS,
+            f.half_life_seconds, start * BURST_MEMORY_STARTUPS,
         )  # fmt: skip
         out[name] = fs
         bound = fc.upper(load, fs.up)
@@ -40,7 +38,9 @@ def forecast(
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
         gate = fc.replicas_for(fc.upper(load, fs.down))
-        if load < BURST_COLLAPSE * fs.level and fc.replicas_for(fs.level) > max(gate, ev.gate):
+        if load < min(fc.IDLE, fc.BURST_COLLAPSE * fs.level) and fc.replicas_for(fs.level) > max(
+            gate, ev.gate
+        ):
             # The load collapsed from a recent burst: hold the (decaying) burst level, so the
             # next burst does not arrive at too few replicas during the start-up.
             gate, ev.burst = fc.replicas_for(fs.level), True
@@ -51,11 +51,10 @@ def forecast(
 
 
 _FRESH = fc.ForecastState()
-# The burst level's half-life in horizons and the collapse that engages it (measured on
-# azure_llm_code_10s and the nine smoother traces, docs/simulation.md): a load below a quarter
-# of its recent level is between bursts, not a trend down, which falls slower than that.
-BURST_MEMORY_HORIZONS = 8.0
-BURST_COLLAPSE = 0.25
+# The burst level's half-life in start-ups: a burst is remembered over several start-ups, so
+# the next one within them finds the replicas still there (azure_llm_code_10s:
+# docs/simulation.md; 4 start-ups: twice HPA's violations there).
+BURST_MEMORY_STARTUPS = 8.0
 
 
 def forecast_floor(ev: Evaluation, desired: int) -> int | None:
