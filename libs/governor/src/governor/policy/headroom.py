@@ -38,12 +38,11 @@ def forecast(
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
         gate = fc.replicas_for(fc.upper(load, fs.down))
-        if load < min(fc.IDLE, fc.BURST_COLLAPSE * fs.level) and fc.replicas_for(fs.level) > max(
-            gate, ev.gate
-        ):
+        held = fc.replicas_for(fs.level)
+        if load < min(fc.IDLE, fc.BURST_COLLAPSE * fs.level) and held > max(gate, ev.gate):
             # The load collapsed from a recent burst: hold the (decaying) burst level, so the
             # next burst does not arrive at too few replicas during the start-up.
-            gate, ev.burst = fc.replicas_for(fs.level), True
+            gate, ev.burst = held, True
         elif gate > ev.gate:
             ev.burst = False
         ev.gate = max(ev.gate, gate)
