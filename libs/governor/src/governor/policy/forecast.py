@@ -34,11 +34,11 @@ _LOG_MAX = math.log(MAX_RATIO)
 _EDGES = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))  # upper edge of each bin
 _RENORMALIZE_AT = 1e12
 # A load below this fraction of its recent burst level and below IDLE replicas is between
-# bursts (a near-idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
+# bursts (an idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
 # the level there. Both conditions, so a smooth trend down (it falls slower, and stays busy) is
 # as before: measured on the nine smoother traces of docs/simulation.md.
 BURST_COLLAPSE = 0.25
-IDLE = 2.0
+IDLE = 1.0
 
 
 class ForecastState(msgspec.Struct, array_like=True, frozen=True):
