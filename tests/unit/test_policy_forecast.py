@@ -184,3 +184,30 @@ def test_the_collector_learns_startup_from_pods() -> None:
         pod("2026-01-01T00:03:00Z", None),  # not ready yet: no start-up known
     ]
     assert startup_durations(pods) == [45.0, 90.0]
+
+
+def test_a_bursty_load_keeps_replicas_between_bursts_and_names_the_burst() -> None:
+    no_window = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=0))
+    policy = msgspec.structs.replace(_policy(forecast=True, reduce=True), behavior=no_window)
+    state, replicas = ScaleState(), 1
+    held: list[int] = []
+    for i in range(200):  # a 200-load burst (20 replicas) every 12 steps, zero in between
+        now = 1_000.0 + STEP * i
+        load = 200.0 if i % 12 < 2 else 0.0
+        result, state = evaluate(policy, _inputs(load, replicas, now), state, now)
+        if i % 12 == 6:  # mid-gap: the load is zero
+            held.append(result.desired)
+            assert any("recent burst" in r.detail for r in result.reasons) or result.desired >= 10
+        replicas = result.desired
+    assert min(held[2:]) >= 10  # without the burst level it falls to the minimum
+
+
+def test_the_burst_level_decays_and_is_the_load_without_memory() -> None:
+    fs = fc.ForecastState()
+    for i, load in enumerate([30.0, 0.0, 0.0, 0.0]):
+        fs = fc.observe(fs, load, STEP * i, STEP, 5, 0.9, 0.99, 3600.0, 2 * STEP)
+    assert math.isclose(fs.level, 30.0 * 2.0 ** (-3 * STEP / (2 * STEP)))
+    plain = fc.ForecastState()
+    for i, load in enumerate([30.0, 0.0]):
+        plain = fc.observe(plain, load, STEP * i, STEP, 5, 0.9, 0.99, 3600.0)
+    assert plain.level == 0.0

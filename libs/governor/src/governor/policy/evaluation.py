@@ -168,4 +168,5 @@ class Evaluation(msgspec.Struct):
     floor: int = -1  # the forecast's floor (upper bound at the forecast quantile)
     floor_load: float = 0.0  # that bound in replica units
     gate: int = -1  # the count a scale-down must not go under (event reduction)
+    burst: bool = False  # the gate is the remembered burst level (the load collapsed from it)
     horizon: float = 0.0

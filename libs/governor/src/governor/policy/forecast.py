@@ -33,12 +33,20 @@ HALF = 0.5  # the replica added to both sides of a growth ratio
 _LOG_MAX = math.log(MAX_RATIO)
 _EDGES = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))  # upper edge of each bin
 _RENORMALIZE_AT = 1e12
+# A load below this fraction of its recent burst level and below IDLE replicas is between
+# bursts (an idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
+# the level there. Both conditions, so a smooth trend down (it falls slower, and stays busy) is
+# as before: measured on the nine smoother traces of docs/simulation.md.
+BURST_COLLAPSE = 0.25
+IDLE = 1.0
 
 
 class ForecastState(msgspec.Struct, array_like=True, frozen=True):
     """One metric's forecaster. `loads`: the last samples (replica units), oldest first; `counts`:
     the growth histogram in weights that grow with time (`weight` is the next sample's), so
-    forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample."""
+    forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample;
+    `level`: the recent burst level (a peak that decays, see `observe`), `levels` its last
+    values, aligned with `loads`."""
 
     at: float = -math.inf
     loads: tuple[float, ...] = ()
@@ -47,6 +55,8 @@ class ForecastState(msgspec.Struct, array_like=True, frozen=True):
     total: float = 0.0
     up: float = 1.0
     down: float = 1.0
+    level: float = 0.0
+    levels: tuple[float, ...] = ()
 
 
 def horizon_steps(horizon: float, step: float) -> int:
@@ -78,14 +88,29 @@ def observe(
     up_q: float,
     down_q: float,
     half_life: float,
+    level_half_life: float = 0.0,
 ) -> ForecastState:
-    """The state after seeing `load` (replica units) at `now`: one sample per decision step."""
+    """The state after seeing `load` (replica units) at `now`: one sample per decision step.
+
+    `level` is the recent burst level: the highest load seen, decaying with `level_half_life`
+    (0: no memory, the level is the load). Multiplicative growth from a zero bin is nothing, so
+    for a bursty or scale-to-zero load the growth quantile alone holds no replicas between
+    bursts; the level remembers the last burst for the scale-down gate (headroom.py). Growth
+    is measured from the level H ago rather than the load H ago, so a burst that returns is
+    not counted as growth from zero (a smooth load's level is about its load: little changes)."""
     if now < state.at + step * 0.999:
         return state  # the decider evaluates more often than once a step: same bucket
-    loads = (*state.loads, max(load, 0.0))[-(steps + 1) :]
-    if len(loads) <= steps:
-        return msgspec.structs.replace(state, at=now, loads=loads)
+    load = max(load, 0.0)
+    level = load
+    if level_half_life > 0 and math.isfinite(state.at):
+        level = max(load, state.level * 2.0 ** (-(now - state.at) / level_half_life))
+    loads = (*state.loads, load)[-(steps + 1) :]
+    levels = (*state.levels, level)[-(steps + 1) :]
+    if len(levels) <= steps:  # also a state from before `levels`: refill the window first
+        return msgspec.structs.replace(state, at=now, loads=loads, level=level, levels=levels)
     base, ahead = loads[0], max(loads[1:])
+    if base < min(IDLE, BURST_COLLAPSE * levels[0]):
+        base = levels[0]  # between bursts: growth from the burst level, not from the gap
     b = growth_bin((ahead + HALF) / (base + HALF))
     counts = list(state.counts) if state.counts else [0.0] * BINS
     weight = state.weight
@@ -105,6 +130,8 @@ def observe(
         total=total,
         up=quantile(cumulative, up_q),
         down=quantile(cumulative, down_q),
+        level=level,
+        levels=levels,
     )
 
 

@@ -22,28 +22,38 @@ def forecast(
     known = state.forecasts or {}
     if not ev.loads:
         return state.forecasts
-    if f.horizon_seconds is not None:
-        ev.horizon = f.horizon_seconds
-    else:
-        ev.horizon = (startup if startup is not None else f.startup_seconds) + step
+    start = startup if startup is not None else f.startup_seconds
+    ev.horizon = f.horizon_seconds if f.horizon_seconds is not None else start + step
     steps = fc.horizon_steps(ev.horizon, step)
     down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
     out = dict(known)
     for name, load in ev.loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds,
+            f.half_life_seconds, start * BURST_MEMORY_STARTUPS,
         )  # fmt: skip
         out[name] = fs
         bound = fc.upper(load, fs.up)
         floor = fc.replicas_for(bound)
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
-        ev.gate = max(ev.gate, fc.replicas_for(fc.upper(load, fs.down)))
+        gate = fc.replicas_for(fc.upper(load, fs.down))
+        held = fc.replicas_for(fs.level)
+        if load < min(fc.IDLE, fc.BURST_COLLAPSE * fs.level) and held > max(gate, ev.gate):
+            # The load collapsed from a recent burst: hold the (decaying) burst level, so the
+            # next burst does not arrive at too few replicas during the start-up.
+            gate, ev.burst = held, True
+        elif gate > ev.gate:
+            ev.burst = False
+        ev.gate = max(ev.gate, gate)
     return out
 
 
 _FRESH = fc.ForecastState()
+# The burst level's half-life in start-ups: a burst is remembered over several start-ups, so
+# the next one within them finds the replicas still there (azure_llm_code_10s:
+# docs/simulation.md; 4 start-ups: twice HPA's violations there).
+BURST_MEMORY_STARTUPS = 8.0
 
 
 def forecast_floor(ev: Evaluation, desired: int) -> int | None:
@@ -77,10 +87,7 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
         return None
     allowed = max(desired, ev.gate)
     if allowed >= current:
-        detail = (
-            f"scale-down to {desired} waits: p{r.down_quantile * 100:.4g} of load over next"
-            f" {ev.horizon:.4g} s needs {ev.gate}"
-        )
+        detail = f"scale-down to {desired} waits: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return current
     least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
@@ -89,10 +96,15 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return current
     if allowed != desired:
-        detail = (
-            f"scale-down to {allowed}, not {desired}: p{r.down_quantile * 100:.4g} of load"
-            f" over next {ev.horizon:.4g} s needs {ev.gate}"
-        )
+        detail = f"scale-down to {allowed}, not {desired}: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return allowed
     return None
+
+
+def _gate_why(ev: Evaluation) -> str:
+    if ev.burst:
+        return f"the load fell from a recent burst; its decaying level needs {ev.gate}"
+    r = ev.c.reduce
+    assert r is not None
+    return f"p{r.down_quantile * 100:.4g} of load over next {ev.horizon:.4g} s needs {ev.gate}"
