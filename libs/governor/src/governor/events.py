@@ -13,13 +13,15 @@ Timestamps are epoch seconds (float, UTC). Workload ids are `namespace/kind/name
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Literal
 
 import msgspec
 
 from governor.spec import ScalingPolicy, TargetRef
+from governor.topic import PRINCIPALS as PRINCIPALS
+from governor.topic import Access as Access
+from governor.topic import Principal as Principal
+from governor.topic import Topic as Topic
 
 SCHEMA_VERSION = 1
 
@@ -354,65 +356,7 @@ class CollectorMember(Event):
 
 # --- the table --------------------------------------------------------------------------------
 
-T = TypeVar("T", bound=msgspec.Struct)
-
-
-# Kafka principals: one per service, plus `admin` (creates topics and ACLs at deploy time, a
-# super user), `viewer` (reads what `governor explain`/`ab` and subscribers read) and
-# `metrics-producer` (apps and load generators writing samples directly), and
-# `metrics-adapter` (governor-metrics-adapter, serving the load windows to HPAs).
-Principal = Literal["collector", "cluster-collector", "aggregator", "decider", "actuator",
-                    "admin", "viewer", "metrics-producer", "metrics-adapter"]  # fmt: skip
-PRINCIPALS: tuple[Principal, ...] = get_args(Principal)
-
-
-@dataclass(frozen=True)
-class Access:
-    """Who may touch one topic (or, `prefixed`, every topic whose name starts with `name`).
-
-    The ACLs are generated from these rows (`governor.kafka_acls`), so a topic cannot ship
-    without its rights. `groups` are the consumer groups that read it with committed offsets;
-    a reader without a group (a table reader) needs none. `creators` may create the topic
-    themselves: only a service's own internal topics (faust's), never the contract's."""
-
-    name: str
-    writers: tuple[Principal, ...] = ()
-    readers: tuple[Principal, ...] = ()
-    groups: tuple[tuple[Principal, str], ...] = ()
-    creators: tuple[Principal, ...] = ()
-    prefixed: bool = False
-
-
-@dataclass(frozen=True)
-class Topic(Generic[T]):
-    name: str
-    type: type[T]
-    key: Callable[[T], str]
-    key_doc: str
-    compacted: bool = False
-    partitions: int = 6
-    retention_ms: int | None = 7 * 24 * 3600 * 1000
-    writers: tuple[Principal, ...] = ()
-    readers: tuple[Principal, ...] = ()
-    # (principal, consumer group id): the groups that consume this topic with committed offsets
-    groups: tuple[tuple[Principal, str], ...] = ()
-
-    @property
-    def dlq(self) -> str:
-        return f"{self.name}.dlq"
-
-    @property
-    def access(self) -> Access:
-        return Access(self.name, self.writers, self.readers, self.groups)
-
-    @property
-    def dlq_access(self) -> Access:
-        """Every service reading a topic dead-letters what it cannot decode (the viewer only
-        reads); the viewer reads why."""
-        writers = tuple(r for r in self.readers if r != "viewer")
-        return Access(self.dlq, writers=writers, readers=("viewer",))
-
-
+# The rows' shape and the principals: governor.topic (re-exported here, where readers look).
 METRICS: Topic[MetricSample] = Topic(
     "governor.metrics",
     MetricSample,
