@@ -343,11 +343,12 @@ class Decider:
         touched: dict[str, None] = {}
         async with self._lock:
             for msg in batch:
-                window: events.LoadWindow = msg.value
-                self.core.on_window(window)
-                if self.journal:
-                    self.journal.window(window)
-                touched[window.workload] = None
+                # One message per series carries several windows (LoadWindow.more).
+                for window in msg.value.views():
+                    self.core.on_window(window)
+                    if self.journal:
+                        self.journal.window(window)
+                touched[msg.value.workload] = None
             now = time.time()
             # Each workload once per fetch, however many of its windows the fetch held.
             await self._decide_all(touched, now, "load")
