@@ -37,10 +37,7 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
 
 class MetricSample(Event, tag_field="kind", tag="sample"):
     """One observation of one metric of one workload (topic governor.metrics, key: workload).
-
-    The `kind` tag ("sample") tells it from a `MetricBatch` on the same topic. A record without
-    it, as apps produce directly, is a MetricSample: `governor.metric_records` reads both.
-    """
+    The `kind` tag tells it from a MetricBatch; a record without one (apps) is a sample."""
 
     workload: str
     metric: str
@@ -52,36 +49,20 @@ class MetricSample(Event, tag_field="kind", tag="sample"):
 
 
 class MetricBatch(Event, tag_field="kind", tag="batch"):
-    """Many samples in one record of governor.metrics (what the collector writes: one record
-    per partition per flush, so the aggregator pays its per-record cost once for all of them).
-
-    Every sample's workload hashes to `partition` (the producers' partitioner over the workload
-    key), so per-workload order is the same as for single samples. The record's key is
-    `batch_key(partition)` and it is written to that partition; readers check each sample's
-    partition and dead-letter a sample that does not belong, with its index, keeping the rest.
-    """
+    """Samples of one partition in one record of governor.metrics (the collector's, one per
+    partition per flush; keyed `partition:<n>`): `governor.metric_records` has the rules."""
 
     partition: int
     samples: list[MetricSample]
 
 
-# What governor.metrics carries (a msgspec tagged union on `kind`).
-MetricRecord = MetricSample | MetricBatch
-
-BATCH_KEY_PREFIX = "partition:"
-
-
-def batch_key(partition: int) -> str:
-    """The key of a MetricBatch record: its partition (a workload id always holds two slashes,
-    so it never equals one of these)."""
-    return f"{BATCH_KEY_PREFIX}{partition}"
-
+MetricRecord = MetricSample | MetricBatch  # governor.metrics: a tagged union on `kind`
 
 WindowKind = Literal["stable", "panic"]
 
 
 class WindowView(Event):
-    """One more window of a LoadWindow's series, carried in the same message (`more`)."""
+    """A series' aggregate over [start, end) in event time; not `closed`: the open estimate."""
 
     window: WindowKind
     start: float
@@ -94,52 +75,13 @@ class WindowView(Event):
     closed: bool = True
 
 
-class LoadWindow(Event):
-    """Aggregate of a workload metric's samples over [start, end) in event time.
-
-    `closed` is false for the running estimate of the open window (published at most every N ms),
-    true once the window is final.
-
-    `more` carries the series' other windows of the same moment (the aggregator sends one message
-    per series and window close, with the stable and the panic window and any other that closed
-    with it), so the fields above are the first of several views. A reader that does not know
-    `more` still reads the first view; `views()` gives every one as a LoadWindow.
-    """
+class LoadWindow(WindowView, kw_only=True):
+    """A workload metric's window (topic governor.load, key: workload); `more`: the series'
+    other windows of the moment (`governor.windows.views`); old readers see the first."""
 
     workload: str
     metric: str
-    window: WindowKind
-    start: float
-    end: float
-    count: int
-    mean: float
-    max: float
-    p95: float
-    newest_sample: float
-    closed: bool = True
     more: list[WindowView] = msgspec.field(default_factory=list)
-
-    def views(self) -> list[LoadWindow]:
-        """Every window this message carries, each as a single-view LoadWindow, in order."""
-        if not self.more:
-            return [self]
-        first = msgspec.structs.replace(self, more=[])
-        return [first] + [
-            LoadWindow(
-                workload=self.workload,
-                metric=self.metric,
-                window=v.window,
-                start=v.start,
-                end=v.end,
-                count=v.count,
-                mean=v.mean,
-                max=v.max,
-                p95=v.p95,
-                newest_sample=v.newest_sample,
-                closed=v.closed,
-            )
-            for v in self.more
-        ]
 
 
 # --- cluster side -----------------------------------------------------------------------------
@@ -460,9 +402,7 @@ class Topic(Generic[T]):
     readers: tuple[Principal, ...] = ()
     # (principal, consumer group id): the groups that consume this topic with committed offsets
     groups: tuple[tuple[Principal, str], ...] = ()
-    # The type on the wire when it is more than `type` (governor.metrics: MetricRecord, the
-    # union of a single sample and a batch); `type` is then what a single producer writes.
-    wire_type: Any = None
+    wire_type: Any = None  # the wire's type if more than `type` (governor.metrics: MetricRecord)
 
     @property
     def dlq(self) -> str:
@@ -484,7 +424,7 @@ METRICS: Topic[MetricSample] = Topic(
     "governor.metrics",
     MetricSample,
     lambda m: m.workload,
-    "workload (a MetricBatch: batch_key(partition), each sample's workload on that partition)",
+    "workload (a MetricBatch: partition:<n>, each sample's workload on partition n)",
     writers=("collector", "metrics-producer"),
     readers=("aggregator",),
     groups=(("aggregator", "governor-aggregator"),),  # faust's group is its app id
@@ -650,18 +590,3 @@ def topic_by_name(name: str) -> Topic[Any]:
         if t.name == name:
             return t
     raise KeyError(f"unknown topic {name!r}; known: {', '.join(t.name for t in TOPICS)}")
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """Each topic's JSON Schema, for subscribers (`governor schema export`)."""
-    out: dict[str, dict[str, Any]] = {}
-    for t in TOPICS:
-        schema = msgspec.json.schema(t.wire_type or t.type)
-        schema["x-governor-topic"] = {
-            "name": t.name,
-            "key": t.key_doc,
-            "compacted": t.compacted,
-            "schemaVersion": SCHEMA_VERSION,
-        }
-        out[t.name] = schema
-    return out

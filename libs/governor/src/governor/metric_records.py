@@ -21,9 +21,18 @@ import msgspec
 from aiokafka.partitioner import DefaultPartitioner
 
 from governor.bus import DeadLetter, DlqReason
-from governor.events import MetricBatch, MetricRecord, MetricSample, batch_key
+from governor.events import MetricBatch, MetricRecord, MetricSample
 
-__all__ = ["Partitions", "Refused", "decode_record", "encode_batch", "split_record"]
+__all__ = ["Partitions", "Refused", "batch_key", "decode_record", "encode_batch", "split_record"]
+
+BATCH_KEY_PREFIX = "partition:"
+
+
+def batch_key(partition: int) -> str:
+    """The key of a MetricBatch record: its partition (a workload id holds two slashes, so it
+    never equals one of these)."""
+    return f"{BATCH_KEY_PREFIX}{partition}"
+
 
 _UNION = msgspec.json.Decoder(MetricRecord)
 _SAMPLE = msgspec.json.Decoder(MetricSample)
@@ -82,7 +91,8 @@ class Refused:
 def decode_record(raw: bytes) -> MetricRecord:
     """The record's value, or DeadLetter (reason `decode` or `validation`)."""
     try:
-        return _UNION.decode(raw)
+        record: MetricRecord = _UNION.decode(raw)
+        return record
     except msgspec.ValidationError as union_error:
         try:
             tag = _TAG.decode(raw).kind
@@ -91,7 +101,8 @@ def decode_record(raw: bytes) -> MetricRecord:
         if tag is not None:  # tagged but invalid: the union's message names the field
             raise DeadLetter("validation", str(union_error)) from None
         try:
-            return _SAMPLE.decode(raw)
+            sample: MetricSample = _SAMPLE.decode(raw)
+            return sample
         except msgspec.ValidationError as e:
             raise DeadLetter("validation", str(e)) from None
         except msgspec.DecodeError as e:
@@ -131,7 +142,9 @@ def split_record(
         if of(s.workload) == partition:
             good.append(s)
         else:
-            bad.append(_wrong_partition(i, s.workload, of(s.workload), partition, _ENCODER.encode(s)))
+            bad.append(
+                _wrong_partition(i, s.workload, of(s.workload), partition, _ENCODER.encode(s))
+            )
     return good, bad
 
 

@@ -304,7 +304,9 @@ class Aggregation:
                 raise DeadLetter("decode", f"key is not UTF-8: {e}") from None
             good, bad = split_record(message.value, key, message.partition, parts)
         except DeadLetter as err:
-            await self.dead_letter(message, pairs, message.key, message.value, err.reason, err.detail)
+            await self.dead_letter(
+                message, pairs, message.key, message.value, err.reason, err.detail
+            )
             return []
         for r in bad:
             await self.refuse(message, pairs, r)
@@ -427,7 +429,9 @@ class Aggregation:
         )
         SAMPLES.labels("dead_letter").inc()
         DEAD_LETTERS.labels(message.topic, reason).inc()
-        log.warning("dead-lettered a sample: %s: %s", reason, detail, extra={"offset": message.offset})
+        log.warning(
+            "dead-lettered a sample: %s: %s", reason, detail, extra={"offset": message.offset}
+        )
 
     async def refuse(self, message: Any, headers: list[tuple[str, bytes]], r: Refused) -> None:
         """A sample of a batch, alone: its JSON, keyed by its workload when it has one."""

@@ -17,8 +17,8 @@ import asyncio
 from collections.abc import Sequence
 
 from governor.bus import Producer, codec_for
-from governor.events import METRICS, MetricSample, Topic, batch_key
-from governor.metric_records import Partitions, encode_batch
+from governor.events import METRICS, MetricSample, Topic
+from governor.metric_records import Partitions, batch_key, encode_batch
 
 
 class PublishError(RuntimeError):
@@ -45,6 +45,7 @@ class BusPublisher:
         self._pending: dict[int, list[MetricSample]] = {}
         self._flushed: asyncio.Future[None] | None = None
         self.records = 0  # batch records written (the bench reads it)
+        self._flushes: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak refs)
 
     async def publish(self, samples: Sequence[MetricSample]) -> None:
         if not samples:
@@ -68,7 +69,9 @@ class BusPublisher:
 
     def _start_flush(self, flushed: asyncio.Future[None]) -> None:
         pending, self._pending, self._flushed = self._pending, {}, None
-        asyncio.ensure_future(self._flush(pending, flushed))
+        task = asyncio.ensure_future(self._flush(pending, flushed))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
 
     async def _flush(
         self, pending: dict[int, list[MetricSample]], flushed: asyncio.Future[None]

@@ -41,6 +41,7 @@ from governor.policy import devices as dev
 from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
+from governor.windows import views
 from governor_decider.cli import PREFIX
 from governor_decider.journal import Journal
 
@@ -344,7 +345,7 @@ class Decider:
         async with self._lock:
             for msg in batch:
                 # One message per series carries several windows (LoadWindow.more).
-                for window in msg.value.views():
+                for window in views(msg.value):
                     self.core.on_window(window)
                     if self.journal:
                         self.journal.window(window)
