@@ -11,8 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "check_structure.py"
 
-# Left for other issues, each named: the aggregator's faust/aiokafka internals belong to the
-# scale issue (19); the rest are files and functions this restructure has not split yet and
+# Left for other issues, each named (the aggregator's faust/aiokafka internals are gone, issue
+# 19): these are files and functions this restructure has not split yet and
 # aiokafka internals without a public replacement in aiokafka 0.14 (topic metadata waits,
 # connection state, fetch positions).
 _NOT_YET: dict[str, list[str]] = {
@@ -30,20 +30,6 @@ _NOT_YET: dict[str, list[str]] = {
     "services/actuator/src/governor_actuator/actuator.py": [
         "long-file",
         "long-function: _handle",
-    ],
-    "services/aggregator/src/governor_aggregator/main.py": [
-        "long-function: build_app",
-        "private-name: aio.client._wait_on_metadata",
-        "private-name: app.producer._ensure_producer",
-    ],
-    "services/aggregator/src/governor_aggregator/transport.py": [
-        "long-function: _drain_messages",
-        "private-name: app.topics._tp_index",
-        "private-name: cast(Service, self)._crashed",
-        "private-name: self._add_gap",
-        "private-name: self._commit_every",
-        "private-name: self._is_changelog_tp",
-        "private-name: self._read_offset",
     ],
     "services/collector/src/governor_collector/cluster/model.py": [
         "long-function: compute",

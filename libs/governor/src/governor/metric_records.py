@@ -122,11 +122,11 @@ def split_record(
     for any topic); inside a readable batch each bad sample is refused on its own."""
     try:
         record = decode_record(raw)
-    except DeadLetter:
+    except DeadLetter as whole:
         try:
             loose = _LOOSE.decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            raise  # not even a batch's frame: the whole record goes
+        except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included
+            raise whole from None  # not even a batch's frame: the whole record goes
         return _split_loose(loose, key, partition, partitions)
     if isinstance(record, MetricSample):
         if key is not None and key != record.workload:
