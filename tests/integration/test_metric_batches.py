@@ -17,19 +17,19 @@ from governor import events
 from governor.bus import Consumer, Producer, codec_for
 from governor.metric_records import Partitions, batch_key, encode_batch
 from governor.topics import ensure_topics
-from governor.windows import SeriesWindows, hopping, ingest_many
+from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_collector.kafka import BusPublisher
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration]
 
 
-async def _records(bootstrap: str, topic: str, want: int, timeout: float = 60.0) -> list[object]:
+async def _records(bootstrap: str, topic: str, want: int, within_s: float = 60.0) -> list[object]:
     raw = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     await raw.start()
     out: list[object] = []
     try:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within_s
         while len(out) < want and time.monotonic() < deadline:
             for records in (await raw.getmany(timeout_ms=500)).values():
                 out += records
@@ -67,7 +67,9 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
                 batch = []
                 for i, wl in enumerate(workloads):
                     ts, value = t0 + second + 0.5, float((second + i) % 13)
-                    batch.append(events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts))
+                    batch.append(
+                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts)
+                    )
                     sent[wl].append((ts, value))
                 await publisher.publish(batch)
             # One record per partition per flush, not one per sample.
@@ -107,7 +109,9 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
                 batch = []
                 for i, wl in enumerate(workloads):
                     ts, value = t0 + second + 0.5, float((second + i) % 13)
-                    batch.append(events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts))
+                    batch.append(
+                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts)
+                    )
                     sent[wl].append((ts, value))
                 await publisher.publish(batch)
 
@@ -130,8 +134,6 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 for m in await consumer.poll(500):
-                    from governor.windows import views
-
                     for w in views(m.value):
                         if w.closed and w.window == "stable":
                             closed[(w.workload, w.start)] = w

@@ -97,7 +97,9 @@ def test_a_sample_of_another_partition_is_refused_alone() -> None:
         (None, 2, "key"),
     ],
 )
-def test_a_batch_in_the_wrong_place_goes_whole(key: str | None, partition: int, reason: str) -> None:
+def test_a_batch_in_the_wrong_place_goes_whole(
+    key: str | None, partition: int, reason: str
+) -> None:
     raw = encode_batch(2, [sample(w) for w in workloads_on(2, 2)])
     with pytest.raises(DeadLetter) as e:
         split_record(raw, key, partition, PARTS)
@@ -139,5 +141,7 @@ def test_a_valid_batch_yields_its_samples_in_order(
 ) -> None:
     pool = workloads_on(partition, 41)
     samples = [sample(pool[i], v, ts) for i, v, ts in items]
-    good, bad = split_record(encode_batch(partition, samples), batch_key(partition), partition, PARTS)
+    good, bad = split_record(
+        encode_batch(partition, samples), batch_key(partition), partition, PARTS
+    )
     assert bad == [] and good == samples
