@@ -111,5 +111,5 @@ def test_the_patch_tool_refuses_another_version(tmp_path: Path) -> None:
         sys.path.pop(0)
     other = tmp_path / "faust-streaming-0.15.4-fetch-wait.patch"
     other.write_text((ROOT / "deploy/patches/faust-streaming-0.15.3-fetch-wait.patch").read_text())
-    with pytest.raises(SystemExit, match="installed is 0.15.3"):
+    with pytest.raises(SystemExit, match=r"installed is 0\.15\.3"):
         patch_deps.apply(other, tmp_path)
