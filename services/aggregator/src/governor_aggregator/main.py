@@ -437,7 +437,7 @@ class Aggregation:
         )
 
     async def refuse(self, message: Any, headers: list[tuple[str, bytes]], r: Refused) -> None:
-        """A sample of a batch, alone: its JSON, keyed by its workload when it has one."""
+        """A sample of a batch, alone: its JSON under the record's key, with its index."""
         await self.dead_letter(
             message,
             headers,
