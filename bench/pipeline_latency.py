@@ -277,7 +277,15 @@ async def latency_run(
             if int(tick - start) // 15 > len(lags) - 1:
                 rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
                 lags.append(f"t+{tick - start:.0f}s {_lags(*aggregators, decider)} RSS {rss_now}")
-                behind.append((tick - start, sent - sum(_aggregated(a) for a in aggregators)))
+                texts = [_scrape(a) for a in aggregators]
+                if all(texts):
+                    done = sum(
+                        float(line.rsplit(" ", 1)[1])
+                        for text in texts
+                        for line in text.splitlines()
+                        if line.startswith("governor_aggregator_samples_total{")
+                    )
+                    behind.append((tick - start, sent - done))
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -356,11 +364,20 @@ async def latency_run(
     }
 
 
+def _scrape(svc: Service) -> str:
+    """A service's /metrics, or "" when it does not answer in time (a starved process on a
+    loaded machine: the run goes on, that scrape's values are missing)."""
+    try:
+        return svc.metrics()
+    except OSError:  # URLError, TimeoutError, a reset connection
+        return ""
+
+
 def _aggregated(svc: Service) -> float:
     """Samples an aggregator has handled (every outcome), from its /metrics."""
     return sum(
         float(line.rsplit(" ", 1)[1])
-        for line in svc.metrics().splitlines()
+        for line in _scrape(svc).splitlines()
         if line.startswith("governor_aggregator_samples_total{")
     )
 
@@ -377,7 +394,7 @@ def _lags(*services: Service) -> str:
     """governor_bus_consumer_lag of each service (messages behind, by topic)."""
     out = []
     for svc in services:
-        for line in svc.metrics().splitlines():
+        for line in _scrape(svc).splitlines():
             if line.startswith("governor_bus_consumer_lag{"):
                 topic = line.split('topic="', 1)[1].split('"', 1)[0]
                 if topic.startswith("bench-"):
