@@ -64,6 +64,7 @@ from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
+from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
     SeriesWindows,
@@ -113,6 +114,9 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     batch_within_ms: int = 100
     # How long a fetch may wait at the broker for data (faust's own: 1500; see the docstring).
     fetch_max_wait_ms: int = 100
+    # A partition whose next offset has not come for this long after later ones did is taken to
+    # have lost the records in between to retention (see governor.stream_order).
+    gap_timeout_seconds: float = 30.0
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
@@ -226,6 +230,10 @@ class Aggregation:
         self.live: dict[bytes, WorkloadWindows] = {}
         # Next offset to handle per metrics partition (governor_bus_consumer_lag).
         self.handled: dict[tuple[str, int], int] = {}
+        # Per metrics partition the next offset to fold: records faust delivers from a stale
+        # position after a rebalance wait for the re-fetch from the committed offset.
+        self.order = StreamOrder(s.gap_timeout_seconds)
+        self.resume_at: dict[int, int] | None = None
         self.interval = s.publish_interval_ms / 1000.0
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
@@ -242,6 +250,7 @@ class Aggregation:
         self.samples_ok = SAMPLES.labels("ok")
         self.samples_late = SAMPLES.labels("late")
         self.samples_dup = SAMPLES.labels("duplicate")
+        self.records_ahead = SAMPLES.labels("ahead")
 
     def new_series(self) -> MetricWindows:
         return MetricWindows(
@@ -265,6 +274,23 @@ class Aggregation:
         """Partitions moved: the table (restored from the changelog) is the truth again."""
         self.live.clear()
         self.dirty.clear()
+        self.order.moved()
+        self.resume_at = None
+
+    def resume_point(self, partition: int, parts: Partitions) -> int | None:
+        """Where a metrics partition resumes: after the newest record folded into the state of
+        its workloads (one workload lives in one partition, and a source offset is committed
+        only after the table write that folded it, so the re-fetch starts at or before this).
+        None: nothing of it folded yet; it resumes with whatever comes first."""
+        if self.resume_at is None:
+            newest: dict[int, int] = {}
+            for kb in list(self.table.keys()):
+                series = self.state_of(kb).values()
+                if series:
+                    p = parts.of(kb.decode())
+                    newest[p] = max(newest.get(p, -1), *(m.offset for m in series))
+            self.resume_at = {p: off + 1 for p, off in newest.items() if off >= 0}
+        return self.resume_at.get(partition)
 
     def partitions_of_metrics(self) -> Partitions:
         if self.partitions is None:
@@ -279,9 +305,17 @@ class Aggregation:
         and per series at most one load message."""
         by_workload: dict[str, list[tuple[int, events.MetricSample]]] = {}
         parts = self.partitions_of_metrics()
+        clock = time.monotonic()
         for event in batch:
             message = event.message
-            self.handled[(message.topic, message.partition)] = message.offset + 1
+            tp = (message.topic, message.partition)
+            if self.order.unknown(tp):
+                self.order.resume(tp, self.resume_point(message.partition, parts))
+            step = self.order.step(tp, message.offset, clock)
+            if step != "deliver":
+                (self.records_ahead if step == "ahead" else self.samples_dup).inc()
+                continue
+            self.handled[tp] = message.offset + 1
             for smp in await self.read(message, parts):
                 items = by_workload.get(smp.workload)
                 if items is None:
