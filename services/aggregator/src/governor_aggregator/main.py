@@ -83,6 +83,12 @@ SAMPLES = Counter("governor_aggregator_samples_total", "Samples aggregated.", ["
 WINDOWS = Counter(
     "governor_aggregator_windows_total", "Load windows published.", ["window", "state"]
 )
+# Records (not samples) skipped by the partition's offset order (governor.stream_order).
+RECORDS_SKIPPED = Counter(
+    "governor_aggregator_records_skipped_total",
+    "Records skipped by the partition's offset order.",
+    ["reason"],
+)
 SERIES = Gauge("governor_aggregator_series", "Workloads whose windows are held.")
 
 FETCH_WAIT_ENV = "FAUST_FETCH_MAX_WAIT_MS"
@@ -250,7 +256,7 @@ class Aggregation:
         self.samples_ok = SAMPLES.labels("ok")
         self.samples_late = SAMPLES.labels("late")
         self.samples_dup = SAMPLES.labels("duplicate")
-        self.records_ahead = SAMPLES.labels("ahead")
+        self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
 
     def new_series(self) -> MetricWindows:
         return MetricWindows(
@@ -313,7 +319,7 @@ class Aggregation:
                 self.order.resume(tp, self.resume_point(message.partition, parts))
             step = self.order.step(tp, message.offset, clock)
             if step != "deliver":
-                (self.records_ahead if step == "ahead" else self.samples_dup).inc()
+                self.skipped[step].inc()
                 continue
             self.handled[tp] = message.offset + 1
             for smp in await self.read(message, parts):
