@@ -48,6 +48,7 @@ def test_unknown_until_resumed_and_again_after_a_move() -> None:
     order.resume(TP, None)  # nothing folded yet: the first record is the start
     assert not order.unknown(TP)
     assert _deliver(order, [7, 8, 8, 10]) == [7, 8]
+    assert [order.step(TP, o, 0.0) for o in (11, 12, 9)] == ["ahead", "ahead", "deliver"]
     order.moved()
     assert order.unknown(TP)
 
@@ -56,7 +57,8 @@ def test_a_gap_open_past_the_timeout_is_taken() -> None:
     # Retention deleted the records in between: the partition must not stall for good.
     order = StreamOrder(gap_timeout=30.0)
     order.resume(TP, 5)
-    assert order.step(TP, 9, now=100.0) == "ahead"
+    assert order.step(TP, 9, now=100.0) == "seek"
+    assert order.expected(TP) == 5
     assert order.step(TP, 10, now=129.0) == "ahead"
     assert order.step(TP, 11, now=130.0) == "deliver"
     assert order.step(TP, 12, now=130.0) == "deliver"
