@@ -69,6 +69,9 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
     consumer = faust_aiokafka.Consumer
     for name in ("assignment", "highwater", "topic_partitions"):
         assert callable(getattr(consumer, name)), name
+    # await app.consumer.seek(tp, offset): a partition ahead of its next offset is sought back.
+    assert inspect.iscoroutinefunction(consumer.seek)
+    assert list(inspect.signature(consumer.seek).parameters) == ["self", "partition", "offset"]
     assert "use_partitioner" in params(Table.__init__)
 
 
