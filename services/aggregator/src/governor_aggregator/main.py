@@ -25,8 +25,9 @@ upgrade that changes it):
   closed window may be published twice then (the decider keeps the newest view of each).
 - each metrics partition is folded in offset order (`governor.stream_order`): after a rebalance
   faust 0.15.3 can deliver records fetched before its seek to the committed offset, from past
-  records it dropped; those wait for the re-fetch (resuming after the newest offset in the
-  table state of the partition's workloads), else the re-fetched ones would look like duplicates.
+  records it dropped, and then drops the re-fetched ones as already read. The first record
+  ahead of a partition's next offset (after the newest offset in the table state of its
+  workloads) seeks it back there (`app.consumer.seek`); stale ones are skipped until it comes.
 - load windows go out with `app.producer.send`.
 
 faust 0.15.3 fixes the consumer's fetch wait at 1.5 s (no setting): a partition whose records
