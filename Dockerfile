@@ -35,6 +35,11 @@ COPY libs libs
 COPY services services
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable $SERVICES
+# faust's fetch wait made settable (deploy/patches; tools/patch_deps.py says why).
+COPY deploy/patches deploy/patches
+COPY tools/patch_deps.py tools/patch_deps.py
+RUN apt-get update && apt-get install -y --no-install-recommends patch && rm -rf /var/lib/apt/lists/* \
+    && /opt/governor/bin/python tools/patch_deps.py
 
 # --- build-tools: everything, the `governor` CLI included, in an environment of its own -------
 FROM build AS build-tools

@@ -26,8 +26,12 @@ workload, so decisions keep coming). Measured, in one run:
   resident memory (VmRSS) of each process; VmRSS at the end of each N;
 - state bytes per workload: the decider's checkpoint, the aggregator's table value, and the
   decider core's memory per workload (tracemalloc; the policy apart from the state proper);
-- samples/s one aggregator process sustains from a backlog, beside a plain aiokafka consumer
-  reading the same backlog, in the same run, per wall second and per CPU-second.
+- samples/s one aggregator process sustains from a backlog written by the collector's batch path
+  (MetricBatch records), beside a plain aiokafka consumer reading and msgspec-decoding the same
+  records, in the same run, per wall second and per CPU-second; and the same for a backlog of
+  single-MetricSample records (one record per sample, as apps produce directly);
+- on each N= line: CPU per 1,000 workloads of the aggregator(s) and the decider, and the lag in
+  samples (pushed, not yet aggregated) at 30 s, at the end and its maximum (every 15 s).
 
     uv run python bench/pipeline_latency.py --workloads 100 1000 --duration 60
     uv run python bench/pipeline_latency.py --workloads 1000 --duration 60 --aggregators 2
@@ -60,14 +64,17 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
+from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
+from governor.windows import views
+from governor_collector.kafka import BusPublisher
 from tests.support.procs import Service, governor_service
 
 
@@ -205,14 +212,28 @@ async def latency_run(
     stages: dict[str, list[float]] = {"metrics": [], "load": [], "recommendation": []}
     consumer = Consumer(
         bootstrap,
-        [recs_topic, decisions_topic, metrics_topic, load_topic],
+        [recs_topic, decisions_topic, load_topic],
         group_id=None,
         check_keys=False,
         auto_offset_reset="latest",
     )
     await consumer.start()
     await consumer._c().seek_to_end()
+    # The metrics topic holds MetricBatch records (the collector's): read raw, decoded here.
+    metrics_reader = AIOKafkaConsumer(
+        metrics_topic.name, bootstrap_servers=bootstrap, auto_offset_reset="latest"
+    )
+    await metrics_reader.start()
     stop = asyncio.Event()
+
+    async def follow_metrics() -> None:
+        while not stop.is_set():
+            for records in (await metrics_reader.getmany(timeout_ms=200)).values():
+                for r in records:
+                    rec = decode_record(r.value)
+                    batch = rec.samples if isinstance(rec, events.MetricBatch) else [rec]
+                    # The newest sample of a record: what that record could tell downstream.
+                    stages["metrics"].append(r.timestamp / 1000 - max(x.timestamp for x in batch))
 
     async def follow() -> None:
         while not stop.is_set():
@@ -221,12 +242,10 @@ async def latency_run(
                 if v is None or v.workload not in ours:
                     continue
                 created = m.timestamp_ms / 1000
-                if isinstance(v, events.MetricSample):
-                    stages["metrics"].append(created - v.timestamp)
-                    continue
                 if isinstance(v, events.LoadWindow):
-                    if not v.closed:
-                        stages["load"].append(created - v.newest_sample)
+                    for w in views(v):
+                        if not w.closed:
+                            stages["load"].append(created - w.newest_sample)
                     continue
                 if isinstance(v, events.Recommendation):
                     k = (v.workload, v.newest_input)
@@ -246,6 +265,7 @@ async def latency_run(
                         dec_lat.append(arrived - v.newest_input)
 
     follower = asyncio.create_task(follow())
+    metrics_follower = asyncio.create_task(follow_metrics())
     assert aggregator.proc and decider.proc
     assert collector.proc
     pids = {
@@ -301,7 +321,9 @@ async def latency_run(
     await asyncio.sleep(3)
     stop.set()
     await follower
+    await metrics_follower
     await consumer.stop()
+    await metrics_reader.stop()
     elapsed = time.time() - start
     dec_new = [lat for w, newest, at, lat in decisions if first_eval.get((w, newest)) == at]
     cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
@@ -359,6 +381,24 @@ async def latency_run(
     }
 
 
+def _scrape(svc: Service) -> str:
+    """A service's /metrics, or "" when it does not answer in time (a starved process on a
+    loaded machine: the run goes on, that scrape's values are missing)."""
+    try:
+        return svc.metrics()
+    except OSError:  # URLError, TimeoutError, a reset connection
+        return ""
+
+
+def _aggregated(svc: Service) -> float:
+    """Samples an aggregator has handled (every outcome), from its /metrics."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in _scrape(svc).splitlines()
+        if line.startswith("governor_aggregator_samples_total{")
+    )
+
+
 def _lags(*services: Service) -> list[str]:
     """governor_bus_consumer_lag of each service (messages behind, by topic), as name:topic=n."""
     out = []
@@ -377,33 +417,32 @@ def _lags(*services: Service) -> list[str]:
     return out
 
 
-async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
-    """One aggregator process draining a backlog vs a plain aiokafka consumer of the same."""
-    run = uuid.uuid4().hex[:8]
-    topic = f"bench-metrics-{run}"
-    load_topic = f"bench-load-{run}"
-    await ensure_topics(
-        bootstrap,
-        [
-            dataclasses.replace(events.METRICS, name=topic),
-            dataclasses.replace(events.LOAD, name=load_topic),
-        ],
-    )
-    codec = codec_for(events.METRICS)
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024)
-    await p.start()
+async def _backlog(bootstrap: str, topic: str, count: int, run: str, batched: bool) -> None:
+    """`count` samples of 1,000 workloads, a second of samples at a time: through the collector's
+    publisher (MetricBatch records, one per partition per flush) or one record per sample."""
     t0 = time.time() - count / 1000
-    for i in range(count):
-        s = events.MetricSample(
-            workload=f"tp-{run}/Deployment/w{i % 1000}",
-            metric="rps",
-            value=float(i % 97),
-            timestamp=t0 + i / 1000,
-        )
-        await p.send(topic, codec.encode(s), key=s.workload.encode(), headers=list(codec.headers))
-    await p.flush()
-    await p.stop()
+    metrics = dataclasses.replace(events.METRICS, name=topic)
+    async with Producer(bootstrap, linger_ms=5) as producer:
+        publisher = BusPublisher(producer, metrics)
+        for lo in range(0, count, 1000):
+            samples = [
+                events.MetricSample(
+                    workload=f"tp-{run}/Deployment/w{i % 1000}",
+                    metric="rps",
+                    value=float(i % 97),
+                    timestamp=t0 + i / 1000,
+                )
+                for i in range(lo, min(count, lo + 1000))
+            ]
+            if batched:
+                await publisher.publish(samples)
+            else:
+                await producer.wait([await producer.publish(metrics, x) for x in samples])
 
+
+async def _plain_drain(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
+    """A plain aiokafka consumer reading and msgspec-decoding the backlog: samples per wall
+    second and per CPU-second (of this process)."""
     c = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
     )
@@ -411,44 +450,77 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
     got, started, own0 = 0, time.perf_counter(), time.process_time()
     while got < count:
         for records in (await c.getmany(timeout_ms=1000, max_records=5000)).values():
-            got += len(records)
-    plain = count / (time.perf_counter() - started)
-    plain_cpu = count / max(1e-9, time.process_time() - own0)
+            for r in records:
+                rec = decode_record(r.value)
+                got += len(rec.samples) if isinstance(rec, events.MetricBatch) else 1
+    per_s = count / (time.perf_counter() - started)
+    per_cpu = count / max(1e-9, time.process_time() - own0)
     await c.stop()
+    return per_s, per_cpu
 
+
+async def _aggregator_drain(
+    bootstrap: str, topic: str, load_topic: str, count: int, tmp: Path, run: str
+) -> tuple[float, float]:
+    """One aggregator process draining the backlog: samples per wall second and per CPU-second."""
     agg = governor_service(
         "aggregator",
         bootstrap,
         {
-            "APP_ID": f"bench-tp-{run}",
-            "DATA_DIR": str(tmp / f"tp-{run}"),
+            "APP_ID": f"bench-tp-{run}-{topic}",
+            "DATA_DIR": str(tmp / f"tp-{run}-{topic}"),
             "METRICS_TOPIC": topic,
             "LOAD_TOPIC": load_topic,
             "AUTO_OFFSET_RESET": "earliest",
             "LOG_LEVEL": "WARNING",
         },
-        tmp / f"tp-{run}.log",
+        tmp / f"tp-{run}-{topic}.log",
     )
     agg.start()
     assert agg.proc
     started, cpu0 = time.perf_counter(), cpu_s(agg.proc.pid)
     done = 0.0
     while done < count and time.perf_counter() - started < 600:
-        await asyncio.sleep(0.5)
-        done = sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in agg.metrics().splitlines()
-            if line.startswith("governor_aggregator_samples_total{")
-        )
+        await asyncio.sleep(0.2)
+        done = _aggregated(agg)
     elapsed = time.perf_counter() - started
     cpu = cpu_s(agg.proc.pid) - cpu0
     agg.stop()
+    return done / elapsed, done / max(1e-9, cpu)
+
+
+async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
+    """One aggregator process draining a backlog vs a plain aiokafka consumer of the same, for
+    the collector's batch records and for single-MetricSample records."""
+    run = uuid.uuid4().hex[:8]
+    batched, single, load_topic = (f"bench-{k}-{run}" for k in ("metrics", "single", "load"))
+    await ensure_topics(
+        bootstrap,
+        [
+            dataclasses.replace(events.METRICS, name=batched),
+            dataclasses.replace(events.METRICS, name=single),
+            dataclasses.replace(events.LOAD, name=load_topic),
+        ],
+    )
+    await _backlog(bootstrap, batched, count, run, batched=True)
+    # A tenth as many single records: faust's per-record cost makes that path ~10x slower.
+    singles = max(1000, count // 10)
+    await _backlog(bootstrap, single, singles, run + "s", batched=False)
+    plain, plain_cpu = await _plain_drain(bootstrap, batched, count)
+    agg, agg_cpu = await _aggregator_drain(bootstrap, batched, load_topic, count, tmp, run)
+    single_plain, single_plain_cpu = await _plain_drain(bootstrap, single, singles)
+    one, one_cpu = await _aggregator_drain(bootstrap, single, load_topic, singles, tmp, run)
     return {
         "samples": count,
-        "aggregator_per_s": done / elapsed,
-        "aggregator_per_cpu_s": done / cpu,
+        "aggregator_per_s": agg,
+        "aggregator_per_cpu_s": agg_cpu,
         "plain_aiokafka_per_s": plain,
         "plain_aiokafka_per_cpu_s": plain_cpu,
+        "single_aggregator_per_s": one,
+        "single_aggregator_per_cpu_s": one_cpu,
+        "single_plain_per_s": single_plain,
+        "single_plain_per_cpu_s": single_plain_cpu,
+        "singles": singles,
     }
 
 
@@ -480,7 +552,7 @@ def state_sizes() -> dict[str, int]:
         out = core.decide(wl, float(t))
         if out.checkpoint is not None:
             cp_bytes = len(codec_for(events.DECIDER_STATE).encode(out.checkpoint))
-    agg_bytes = len(msgspec.msgpack.encode(MetricWindows(299, stable, panic)))
+    agg_bytes = len(msgspec.msgpack.encode({"rps": MetricWindows(299, stable, panic)}))
     return {
         "decider_checkpoint_bytes": cp_bytes,
         "aggregator_table_bytes": agg_bytes,
@@ -578,9 +650,15 @@ async def main() -> None:
             print(
                 f"throughput: aggregator {tp['aggregator_per_s']:.0f} samples/s "
                 f"({tp['aggregator_per_cpu_s']:.0f} per CPU-second), plain aiokafka consumer "
-                f"{tp['plain_aiokafka_per_s']:.0f} msgs/s ({tp['plain_aiokafka_per_cpu_s']:.0f} "
-                f"per CPU-second), ratio "
-                f"{tp['aggregator_per_s'] / tp['plain_aiokafka_per_s']:.3f}; "
+                f"{tp['plain_aiokafka_per_s']:.0f} samples/s "
+                f"({tp['plain_aiokafka_per_cpu_s']:.0f} per CPU-second), ratio "
+                f"{tp['aggregator_per_s'] / tp['plain_aiokafka_per_s']:.3f} "
+                f"(the collector's MetricBatch records); single-MetricSample records "
+                f"({tp['singles']:.0f} samples): aggregator "
+                f"{tp['single_aggregator_per_s']:.0f} samples/s "
+                f"({tp['single_aggregator_per_cpu_s']:.0f} per CPU-second), plain aiokafka "
+                f"{tp['single_plain_per_s']:.0f} samples/s "
+                f"({tp['single_plain_per_cpu_s']:.0f} per CPU-second); "
                 f"load average {os.getloadavg()[0]:.1f}"
             )
         best = None

@@ -30,9 +30,11 @@ from governor.events import (
     METRICS,
     POLICIES,
     SCHEMA_VERSION,
+    MetricBatch,
     MetricSample,
     PolicyRecord,
 )
+from governor.metric_records import Partitions, batch_key, decode_record
 from governor.spec import KafkaLagSource as KafkaLagSpec
 from governor.spec import ScalingPolicy, TargetRef, policy_from_obj
 from governor.topics import ensure_topics
@@ -73,11 +75,15 @@ class TopicReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._tps: list[TopicPartition] = []
         self._next: dict[int, int] = {}  # partition -> next offset read
-        self._decoder = msgspec.json.Decoder(MetricSample)
 
     @property
     def samples(self) -> list[MetricSample]:
-        return [self._decoder.decode(r.value) for r in self.records]
+        """Every sample read, in record order: the collector writes MetricBatch records."""
+        out: list[MetricSample] = []
+        for r in self.records:
+            rec = decode_record(r.value)
+            out += rec.samples if isinstance(rec, MetricBatch) else [rec]
+        return out
 
     async def __aenter__(self) -> TopicReader:
         self._consumer = AIOKafkaConsumer(
@@ -223,8 +229,12 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
                 "prometheus",
             )
             assert abs(s.timestamp - time.time()) < 30  # Prometheus' evaluation time
+            # One MetricBatch record per partition and flush, keyed and placed by partition.
             rec = reader.records[0]
-            assert rec.key == workload.encode()
+            batch = decode_record(rec.value)
+            assert isinstance(batch, MetricBatch) and batch.partition == rec.partition
+            assert rec.key == batch_key(rec.partition).encode()
+            assert Partitions(len(reader._tps)).of(workload) == rec.partition
             assert dict(rec.headers) == {
                 "content-type": b"application/json",
                 "schema-version": str(SCHEMA_VERSION).encode(),

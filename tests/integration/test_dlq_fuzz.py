@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from governor.bus import H_DLQ_OFFSET, H_DLQ_REASON, Consumer, DeadLetter, Producer, _Decoder
+from governor.bus import H_DLQ_OFFSET, H_DLQ_REASON, Consumer, DeadLetter, Decoder, Producer
 from governor.events import Topic
 from governor.topics import ensure_topics
 from tests.integration.test_bus import consume_until, read_raw, renamed
@@ -40,7 +40,7 @@ def fuzzed(topic: Topic[Any], n: int) -> list[SimpleNamespace]:
 def expected(topic: Topic[Any], rec: SimpleNamespace) -> str | None:
     """The decoder's verdict on `rec`: None (decodes) or the dead-letter reason."""
     try:
-        _Decoder(topic)(rec)
+        Decoder(topic)(rec)
     except DeadLetter as e:
         return e.reason
     return None

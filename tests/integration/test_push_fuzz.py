@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import msgspec
 import pytest
 import requests
 import schemathesis
@@ -31,7 +30,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from governor.events import MetricSample
+from governor.events import MetricBatch, MetricSample
+from governor.metric_records import decode_record
 from governor.settings import KafkaSettings
 from governor_collector.config import CollectorSettings
 from governor_collector.main import Collector
@@ -114,7 +114,9 @@ def topic_samples(bootstrap: str, topic: str) -> list[MetricSample]:
             msg = c.poll(1.0)
             if msg is None or msg.error() is not None:
                 continue
-            out.append(msgspec.json.decode(msg.value() or b"", type=MetricSample))
+            # The collector writes MetricBatch records: every sample of each.
+            rec = decode_record(msg.value() or b"")
+            out += rec.samples if isinstance(rec, MetricBatch) else [rec]
             seen[msg.partition()] = msg.offset() + 1
         return out
     finally:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from governor.bus import DeadLetter, _Decoder, codec_for
+from governor.bus import DeadLetter, Decoder, codec_for
 from governor.events import METRICS, MetricSample
 
 CODEC = codec_for(METRICS)
@@ -24,7 +24,7 @@ def _record(raw: bytes | None, key: bytes | None, headers: object) -> SimpleName
 
 
 def test_a_well_formed_record_takes_the_quick_path() -> None:
-    d = _Decoder(METRICS)
+    d = Decoder(METRICS)
     assert d.value_of(RAW, KEY, CODEC.headers) == SAMPLE
     assert d.value_of(RAW, KEY, list(CODEC.headers)) == SAMPLE  # headers as a list (faust)
     assert d.value_of(RAW, KEY, None) == SAMPLE  # no headers: apps producing directly
@@ -43,7 +43,7 @@ def test_a_well_formed_record_takes_the_quick_path() -> None:
 def test_what_the_quick_path_refuses_the_decoder_explains(
     raw: bytes | None, key: bytes, headers: object, reason: str
 ) -> None:
-    d = _Decoder(METRICS)
+    d = Decoder(METRICS)
     assert d.value_of(raw, key, headers) is None
     with pytest.raises(DeadLetter) as err:
         d(_record(raw, key, headers))

@@ -11,8 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "check_structure.py"
 
-# Left for other issues, each named: the aggregator's faust/aiokafka internals belong to the
-# scale issue (19); the rest are files and functions this restructure has not split yet and
+# Left for other issues, each named (the aggregator's faust/aiokafka internals are gone, issue
+# 19): these are files and functions this restructure has not split yet and
 # aiokafka internals without a public replacement in aiokafka 0.14 (topic metadata waits,
 # connection state, fetch positions).
 _NOT_YET: dict[str, list[str]] = {
@@ -29,25 +29,9 @@ _NOT_YET: dict[str, list[str]] = {
     "libs/governor/src/governor/bus/reading.py": [
         "private-name: c._client._wait_on_metadata",
     ],
-    "services/aggregator/src/governor_aggregator/main.py": [
-        "long-function: build_app",
-        "private-name: aio.client._wait_on_metadata",
-        "private-name: app.producer._ensure_producer",
-    ],
-    "services/aggregator/src/governor_aggregator/transport.py": [
-        "long-function: _drain_messages",
-        "private-name: app.topics._tp_index",
-        "private-name: cast(Service, self)._crashed",
-        "private-name: self._add_gap",
-        "private-name: self._commit_every",
-        "private-name: self._is_changelog_tp",
-        "private-name: self._read_offset",
-    ],
     "services/collector/src/governor_collector/policies.py": [
         "private-name: c._client._wait_on_metadata",
     ],
-    # Grew past the limits in the work merged beside the restructure (quotas and queues, the
-    # importer): not split yet.
 }
 KNOWN = {f"{path}: {what}" for path, whats in _NOT_YET.items() for what in whats}
 

@@ -24,8 +24,8 @@ from governor.bus import (
     H_CONTENT_TYPE,
     H_SCHEMA_VERSION,
     DeadLetter,
+    Decoder,
     DlqReason,
-    _Decoder,
     codec_for,
 )
 from governor.spec import policy_from_obj
@@ -153,7 +153,7 @@ def records(draw: st.DrawFn, topic: events.Topic[Any]) -> SimpleNamespace:
 def test_the_seed_decodes(topic: events.Topic[Any]) -> None:
     codec = codec_for(topic)
     seed = SEEDS[topic.name]
-    msg = _Decoder(topic)(
+    msg = Decoder(topic)(
         _record(topic.name, codec.encode(seed), topic.key(seed).encode(), codec.headers)
     )
     assert msg.value == seed
@@ -169,7 +169,7 @@ def test_a_decoder_decodes_or_dead_letters_with_a_reason(
     topic: events.Topic[Any], data: st.DataObject
 ) -> None:
     rec = data.draw(records(topic))
-    decoder = _Decoder(topic)
+    decoder = Decoder(topic)
     try:
         msg = decoder(rec)
     except DeadLetter as e:

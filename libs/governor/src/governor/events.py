@@ -37,8 +37,9 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
 # --- samples and windows ----------------------------------------------------------------------
 
 
-class MetricSample(Event):
-    """One observation of one metric of one workload (topic governor.metrics, key: workload)."""
+class MetricSample(Event, tag_field="kind", tag="sample"):
+    """One observation of one metric of one workload (topic governor.metrics, key: workload).
+    The `kind` tag tells it from a MetricBatch; a record without one (apps) is a sample."""
 
     workload: str
     metric: str
@@ -49,18 +50,22 @@ class MetricSample(Event):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+class MetricBatch(Event, tag_field="kind", tag="batch"):
+    """Samples of one partition in one record of governor.metrics (the collector's, one per
+    partition per flush; keyed `partition:<n>`): `governor.metric_records` has the rules."""
+
+    partition: int
+    samples: list[MetricSample]
+
+
+MetricRecord = MetricSample | MetricBatch  # governor.metrics: a tagged union on `kind`
+
 WindowKind = Literal["stable", "panic"]
 
 
-class LoadWindow(Event):
-    """Aggregate of a workload metric's samples over [start, end) in event time.
+class WindowView(Event):
+    """A series' aggregate over [start, end) in event time; not `closed`: the open estimate."""
 
-    `closed` is false for the running estimate of the open window (published at most every N ms),
-    true once the window is final.
-    """
-
-    workload: str
-    metric: str
     window: WindowKind
     start: float
     end: float
@@ -70,6 +75,15 @@ class LoadWindow(Event):
     p95: float
     newest_sample: float
     closed: bool = True
+
+
+class LoadWindow(WindowView, kw_only=True):
+    """A workload metric's window (topic governor.load, key: workload); `more`: the series'
+    other windows of the moment (`governor.windows.views`); old readers see the first."""
+
+    workload: str
+    metric: str
+    more: list[WindowView] = msgspec.field(default_factory=list)
 
 
 # --- cluster side -----------------------------------------------------------------------------
@@ -361,10 +375,11 @@ METRICS: Topic[MetricSample] = Topic(
     "governor.metrics",
     MetricSample,
     lambda m: m.workload,
-    "workload",
+    "workload (a MetricBatch: partition:<n>, each sample's workload on partition n)",
     writers=("collector", "metrics-producer"),
     readers=("aggregator",),
     groups=(("aggregator", "governor-aggregator"),),  # faust's group is its app id
+    wire_type=MetricRecord,
 )
 LOAD: Topic[LoadWindow] = Topic(
     "governor.load",
@@ -541,18 +556,3 @@ def topic_by_name(name: str) -> Topic[Any]:
         if t.name == name:
             return t
     raise KeyError(f"unknown topic {name!r}; known: {', '.join(t.name for t in TOPICS)}")
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """Each topic's JSON Schema, for subscribers (`governor schema export`)."""
-    out: dict[str, dict[str, Any]] = {}
-    for t in TOPICS:
-        schema = msgspec.json.schema(t.type)
-        schema["x-governor-topic"] = {
-            "name": t.name,
-            "key": t.key_doc,
-            "compacted": t.compacted,
-            "schemaVersion": SCHEMA_VERSION,
-        }
-        out[t.name] = schema
-    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -63,6 +63,7 @@ class Topic(Generic[T]):
     readers: tuple[Principal, ...] = ()
     # (principal, consumer group id): the groups that consume this topic with committed offsets
     groups: tuple[tuple[Principal, str], ...] = ()
+    wire_type: Any = None  # the wire's type if more than `type` (governor.metrics: MetricRecord)
 
     @property
     def dlq(self) -> str:

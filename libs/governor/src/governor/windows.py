@@ -47,7 +47,7 @@ from typing import Literal
 
 import msgspec
 
-from governor.events import LoadWindow, WindowKind
+from governor.events import LoadWindow, WindowKind, WindowView
 
 Aggregation = Literal["mean", "max", "p95"]
 
@@ -353,3 +353,18 @@ def statistic(window: LoadWindow, aggregation: Aggregation) -> float | None:
     if aggregation == "max":
         return window.max
     return window.p95
+
+
+def views(window: LoadWindow) -> list[LoadWindow]:
+    """Every window a load message carries (itself, then `more`), each as a LoadWindow."""
+    if not window.more:
+        return [window]
+    first = msgspec.structs.replace(window, more=[])
+    return [first] + [
+        LoadWindow(
+            workload=window.workload,
+            metric=window.metric,
+            **{f: getattr(v, f) for f in WindowView.__struct_fields__},
+        )
+        for v in window.more
+    ]

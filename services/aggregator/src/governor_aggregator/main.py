@@ -2,63 +2,78 @@
 
 Per (workload, metric) it keeps a stable window (default 60 s, hopping every 10 s) and a panic
 window (default 6 s, hopping every 2 s) over event time, computed by `governor.windows` — the
-same code the simulator runs. It publishes a LoadWindow when a window closes, and the running
-estimate of the open window at most every `publish_interval_ms`, so a decision never waits for a
-whole window.
+same code the simulator runs. Per series it publishes ONE LoadWindow message whenever windows
+close (the closed ones and the open windows' estimates, in `LoadWindow.more`), and otherwise
+the open windows' estimates at most every `publish_interval_ms`, so a decision never waits for
+a whole window and the load topic carries about one message per series and second.
 
-- Samples are consumed as raw bytes and decoded with governor's codec (`governor.bus`), so the
-  dead-letter rule holds here too: undecodable or invalid samples go to governor.metrics.dlq
-  with the reason in headers.
-- The window state lives in a faust Table with a changelog topic, so a restarted or rebalanced
-  worker recovers it. The store is `memory://` by default, `rocksdb://` (rocksdict) as an option.
-- Exactly-once windows over at-least-once delivery: the table value carries the last source
-  offset applied, so samples redelivered after a crash or a rebalance are skipped. A closed
-  window may be published twice then; the decider keeps the newest view of each window.
-- faust runs on `governor_aggregator.transport`: its aiokafka transport with a cheaper hand-off
-  of each fetched message and a 100 ms fetch wait (faust's 1.5 s held samples up to that long).
-  With them a sample's window is out in 0.3 s (p99) at 1,000 samples/s instead of 1.1 s (p50).
-  It also delivers each metrics partition in offset order across rebalances, which the offset
-  check above relies on: faust alone can deliver records from before a rebalance's seek after
-  it, and the records the seek fetches again were then skipped as duplicates.
+Only faust's public API (tests/unit/test_faust_api.py lists what it relies on and fails on an
+upgrade that changes it):
+
+- records of governor.metrics (MetricSample or MetricBatch, `governor.metric_records`) come
+  as raw bytes from an agent's `stream.take_events` batches; what cannot be read goes to
+  governor.metrics.dlq with the reason in headers, and a bad sample of a batch alone, with its
+  index (`governor-dlq-index`);
+- the window state lives in a faust Table keyed by workload with `use_partitioner=True`: its
+  changelog partition is the workload's partition (the producers' partitioner), so a restarted or
+  rebalanced worker recovers it with the metrics partition. One table write per workload and
+  batch (`table[key] = value`); faust flushes its producer before committing source offsets.
+  The decoded state is also kept in a plain dict, dropped on every revocation (then the table
+  is the truth).
+- exactly-once windows over at-least-once delivery: the state of each series carries the last
+  source offset applied, so records redelivered after a crash or a rebalance are skipped; a
+  closed window may be published twice then (the decider keeps the newest view of each).
+- each metrics partition is folded in offset order (`governor.stream_order`): after a rebalance
+  faust 0.15.3 can deliver records fetched before its seek to the committed offset, from past
+  records it dropped, and then drops the re-fetched ones as already read. The first record
+  ahead of a partition's next offset (after the newest offset in the table state of its
+  workloads) seeks it back there (`app.consumer.seek`); stale ones are skipped until it comes.
+- load windows go out with `app.producer.send`.
+
+faust 0.15.3 fixes the consumer's fetch wait at 1.5 s (no setting): a partition whose records
+were buffered when a fetch was sent waits for that fetch, so a sample could wait up to 1.5 s.
+`make setup` patches a copy of faust in the environment (deploy/patches, `tools/patch_deps.py`)
+so that `FAUST_FETCH_MAX_WAIT_MS` sets it; the aggregator sets it to `fetch_max_wait_ms`.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import math
+import os
 import time
-import weakref
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import faust
 import msgspec
-from aiokafka.partitioner import DefaultPartitioner
-from faust.streams import _current_event
-from faust.types import TP
 from prometheus_client import Counter, Gauge
 
 from governor import events
 from governor.bus import (
     DEAD_LETTERS,
     H_DLQ_ERROR,
+    H_DLQ_INDEX,
     H_DLQ_OFFSET,
     H_DLQ_PARTITION,
     H_DLQ_REASON,
     H_DLQ_TOPIC,
     DeadLetter,
-    _Decoder,
+    Decoder,
     codec_for,
     record_consumer_lag,
 )
 from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
+from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
+from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter
 from governor.windows import (
     SeriesWindows,
+    WindowAcc,
     WindowSpec,
     estimate,
     hopping,
@@ -66,7 +81,6 @@ from governor.windows import (
     to_load_window,
 )
 from governor_aggregator.cli import PREFIX
-from governor_aggregator.transport import Transport
 
 log = logging.getLogger("governor.aggregator")
 
@@ -74,7 +88,15 @@ SAMPLES = Counter("governor_aggregator_samples_total", "Samples aggregated.", ["
 WINDOWS = Counter(
     "governor_aggregator_windows_total", "Load windows published.", ["window", "state"]
 )
-SERIES = Gauge("governor_aggregator_series", "Series (workload, metric, window) held.")
+# Records (not samples) skipped by the partition's offset order (governor.stream_order).
+RECORDS_SKIPPED = Counter(
+    "governor_aggregator_records_skipped_total",
+    "Records skipped by the partition's offset order.",
+    ["reason"],
+)
+SERIES = Gauge("governor_aggregator_series", "Workloads whose windows are held.")
+
+FETCH_WAIT_ENV = "FAUST_FETCH_MAX_WAIT_MS"
 
 
 class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -95,20 +117,28 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     # a fresh deployment has no use for the samples retained from before it existed.
     auto_offset_reset: Literal["latest", "earliest"] = "latest"
     producer_buffer_messages: int = 10_000
-    # Samples are handled in batches of at most this many, waiting at most this long to fill one.
+    # Records are handled in batches of at most this many, waiting at most this long to fill one
+    # (faust's take_events waits the whole `within` unless the batch fills). 100 ms: a backlog
+    # then gives each workload many samples per batch, and the fold, the table write and the load
+    # message are paid per workload and batch (~4 µs a sample at 20, ~18 µs at 1).
     batch_max_samples: int = 5_000
-    batch_within_ms: int = 10
+    batch_within_ms: int = 100
+    # How long a fetch may wait at the broker for data (faust's own: 1500; see the docstring).
+    fetch_max_wait_ms: int = 100
+    # A partition whose next offset has not come for this long after later ones did is taken to
+    # have lost the records in between to retention (see governor.stream_order).
+    gap_timeout_seconds: float = 30.0
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
 
 
 class MetricWindows(msgspec.Struct, array_like=True):
-    """The table value of one (workload, metric): both windows and the last source offset.
+    """The windows of one (workload, metric) and the last source offset applied to them.
 
     `offset` makes reprocessing idempotent: after a rebalance or a crash the new owner restores
-    this value from the changelog and skips every sample at or below it (one key lives in one
-    partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
+    this value from the changelog and skips every record at or below it (one workload lives in
+    one partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
     """
 
     offset: int
@@ -116,38 +146,12 @@ class MetricWindows(msgspec.Struct, array_like=True):
     panic: SeriesWindows
 
 
+# The table value of one workload: its series by metric.
+WorkloadWindows = dict[str, MetricWindows]
+
 _STATE_ENC = msgspec.msgpack.Encoder()
-_STATE_DEC = msgspec.msgpack.Decoder(MetricWindows)
+_STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
 _LOAD = codec_for(events.LOAD)
-_SEP = "\x1f"
-
-
-def series_key(workload: str, metric: str) -> str:
-    return f"{workload}{_SEP}{metric}"
-
-
-class _Record:
-    """The shape governor.bus's decoder reads, from a faust message."""
-
-    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic", "value")
-
-    def __init__(self, message: Any) -> None:
-        self.topic = message.topic
-        self.partition = message.partition
-        self.offset = message.offset
-        self.key = message.key
-        self.value = message.value
-        self.timestamp = int((message.timestamp or 0) * 1000)
-        raw = message.headers or []
-        items = raw.items() if isinstance(raw, dict) else raw
-        self.headers = [(k, bytes(v)) for k, v in items]
-
-
-class AggregatorApp(faust.App):
-    """faust's App on governor's aiokafka transport (`governor_aggregator.transport`)."""
-
-    def _new_transport(self) -> Any:
-        return Transport(self.conf.broker_consumer, self, loop=self.loop)
 
 
 def broker_credentials(sec: KafkaSecurity) -> Any:
@@ -162,8 +166,354 @@ def broker_credentials(sec: KafkaSecurity) -> Any:
     )
 
 
+def load_message(
+    workload: str,
+    metric: str,
+    closed: Iterable[tuple[WindowKind, WindowAcc]],
+    open_: Iterable[tuple[WindowKind, WindowAcc]],
+) -> events.LoadWindow | None:
+    """One message for a series: the windows that closed, then the open windows' estimates."""
+    views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
+    views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
+    if not views:
+        return None
+    first, rest = views[0], views[1:]
+    first.more = [
+        events.WindowView(
+            window=v.window,
+            start=v.start,
+            end=v.end,
+            count=v.count,
+            mean=v.mean,
+            max=v.max,
+            p95=v.p95,
+            newest_sample=v.newest_sample,
+            closed=v.closed,
+        )
+        for v in rest
+    ]
+    return first
+
+
+def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
+    """The open windows' running values of one series (those that have samples)."""
+    out: list[tuple[WindowKind, WindowAcc]] = []
+    for kind, series in (("stable", state.stable), ("panic", state.panic)):
+        newest = series.newest if series.newest is not None else time.time()
+        acc = estimate(series, newest)
+        if acc is not None:
+            out.append((kind, acc))  # type: ignore[arg-type]
+    return out
+
+
+def signature(opened: list[tuple[WindowKind, WindowAcc]]) -> tuple[tuple[float, int], ...]:
+    return tuple((a.start, a.count) for _, a in opened)
+
+
+class Aggregation:
+    """The agent's work over one faust app: records in, table writes and load windows out."""
+
+    def __init__(self, app: faust.App, s: AggregatorSettings) -> None:
+        self.app = app
+        self.s = s
+        self.specs: dict[str, WindowSpec] = {
+            "stable": hopping(
+                s.stable_window_seconds, s.stable_hop_seconds, s.allowed_lateness_seconds
+            ),
+            "panic": hopping(
+                s.panic_window_seconds, s.panic_hop_seconds, s.allowed_lateness_seconds
+            ),
+        }
+        raw = {"key_serializer": "raw", "value_serializer": "raw"}
+        self.metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
+        self.dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
+        self.table = app.Table(
+            events.AGGREGATOR_TABLE,
+            default=None,
+            partitions=events.METRICS.partitions,
+            key_type=bytes,
+            value_type=bytes,
+            use_partitioner=True,
+        )
+        self.headers = Decoder(events.METRICS)
+        self.expected_headers = codec_for(events.METRICS).headers
+        self.partitions: Partitions | None = None
+        self.live: dict[bytes, WorkloadWindows] = {}
+        # Next offset to handle per metrics partition (governor_bus_consumer_lag).
+        self.handled: dict[tuple[str, int], int] = {}
+        # Per metrics partition the next offset to fold: records faust delivers from a stale
+        # position after a rebalance wait for the re-fetch from the committed offset.
+        self.order = StreamOrder(s.gap_timeout_seconds)
+        self.resume_at: dict[int, int] | None = None
+        self.interval = s.publish_interval_ms / 1000.0
+        # Per series: when it was last published (monotonic) and the estimates it carried, so
+        # an unchanged estimate is not sent again and a series goes out at most every interval.
+        self.published_at: dict[tuple[str, str], float] = {}
+        self.published: dict[tuple[str, str], tuple[tuple[float, int], ...]] = {}
+        self.dirty: dict[tuple[str, str], MetricWindows] = {}
+        self.load_partition: dict[str, int] = {}
+        self.load_headers = list(_LOAD.headers)
+        self.window_counters = {
+            (kind, closed): WINDOWS.labels(kind, "closed" if closed else "open")
+            for kind in ("stable", "panic")
+            for closed in (True, False)
+        }
+        self.samples_ok = SAMPLES.labels("ok")
+        self.samples_late = SAMPLES.labels("late")
+        self.samples_dup = SAMPLES.labels("duplicate")
+        self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
+
+    def new_series(self) -> MetricWindows:
+        return MetricWindows(
+            -1, SeriesWindows(spec=self.specs["stable"]), SeriesWindows(spec=self.specs["panic"])
+        )
+
+    def state_of(self, kb: bytes) -> WorkloadWindows:
+        state = self.live.get(kb)
+        if state is None:
+            stored = self.table.get(kb)
+            state = {}
+            if stored is not None:
+                try:
+                    state = _STATE_DEC.decode(stored)
+                except msgspec.DecodeError:  # another version's value: start the series over
+                    log.warning("table value of %r unreadable: starting over", kb)
+            self.live[kb] = state
+        return state
+
+    def revoked(self) -> None:
+        """Partitions moved: the table (restored from the changelog) is the truth again."""
+        self.live.clear()
+        self.dirty.clear()
+        self.order.moved()
+        self.resume_at = None
+
+    def resume_point(self, partition: int, parts: Partitions) -> int | None:
+        """Where a metrics partition resumes: after the newest record folded into the state of
+        its workloads (one workload lives in one partition, and a source offset is committed
+        only after the table write that folded it, so the re-fetch starts at or before this).
+        None: nothing of it folded yet; it resumes with whatever comes first."""
+        if self.resume_at is None:
+            newest: dict[int, int] = {}
+            for kb in list(self.table.keys()):
+                series = self.state_of(kb).values()
+                if series:
+                    p = parts.of(kb.decode())
+                    newest[p] = max(newest.get(p, -1), *(m.offset for m in series))
+            self.resume_at = {p: off + 1 for p, off in newest.items() if off >= 0}
+        return self.resume_at.get(partition)
+
+    def partitions_of_metrics(self) -> Partitions:
+        if self.partitions is None:
+            count = self.app.consumer.topic_partitions(self.s.metrics_topic)
+            self.partitions = Partitions(count or events.METRICS.partitions)
+        return self.partitions
+
+    # --- the batch ---------------------------------------------------------------------------
+
+    async def handle(self, batch: list[Any]) -> None:
+        """One batch of records: per workload all its samples folded at once, one table write,
+        and per series at most one load message."""
+        by_workload: dict[str, list[tuple[int, events.MetricSample]]] = {}
+        parts = self.partitions_of_metrics()
+        clock = time.monotonic()
+        for event in batch:
+            message = event.message
+            tp = (message.topic, message.partition)
+            if self.order.unknown(tp):
+                self.order.resume(tp, self.resume_point(message.partition, parts))
+            step = self.order.step(tp, message.offset, clock)
+            if step != "deliver":
+                self.skipped["ahead" if step == "seek" else step].inc()
+                if step == "seek":  # faust dropped the records in between as read: fetch them
+                    await self.app.consumer.seek(message.tp, self.order.expected(tp))
+                continue
+            self.handled[tp] = message.offset + 1
+            for smp in await self.read(message, parts):
+                items = by_workload.get(smp.workload)
+                if items is None:
+                    items = by_workload[smp.workload] = []
+                items.append((message.offset, smp))
+        now = time.monotonic()
+        for workload, items in by_workload.items():
+            await self.fold(workload, items, now)
+
+    async def read(self, message: Any, parts: Partitions) -> list[events.MetricSample]:
+        """The samples of one record to aggregate; dead-letters the rest."""
+        headers = message.headers or []
+        items = headers.items() if isinstance(headers, dict) else headers
+        pairs = [(k, bytes(v)) for k, v in items]
+        try:
+            if pairs and tuple(pairs) != self.expected_headers:
+                self.headers._check_headers(pairs)
+            if message.value is None:
+                raise DeadLetter("tombstone", "null value on a topic that is not compacted")
+            try:
+                key = None if message.key is None else message.key.decode()
+            except UnicodeDecodeError as e:
+                raise DeadLetter("decode", f"key is not UTF-8: {e}") from None
+            good, bad = split_record(message.value, key, message.partition, parts)
+        except DeadLetter as err:
+            await self.dead_letter(
+                message, pairs, message.key, message.value, err.reason, err.detail
+            )
+            return []
+        for r in bad:
+            await self.refuse(message, pairs, r)
+        return good
+
+    async def fold(
+        self, workload: str, items: list[tuple[int, events.MetricSample]], now: float
+    ) -> None:
+        kb = workload.encode()
+        state = self.state_of(kb)
+        by_metric: dict[str, list[tuple[int, events.MetricSample]]] = {}
+        for off, smp in items:
+            by_metric.setdefault(smp.metric, []).append((off, smp))
+        changed = False
+        for metric, series_items in by_metric.items():
+            series = state.get(metric) or self.new_series()
+            fresh = [(off, smp) for off, smp in series_items if off > series.offset]
+            if len(fresh) < len(series_items):
+                self.samples_dup.inc(len(series_items) - len(fresh))
+            if not fresh:
+                continue
+            pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
+            stable, closed_stable, late = ingest_many(series.stable, pairs)
+            panic, closed_panic, _ = ingest_many(series.panic, pairs)
+            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic)
+            changed = True
+            if late:
+                self.samples_late.inc(late)
+            if len(pairs) > late:
+                self.samples_ok.inc(len(pairs) - late)
+            closed: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_stable]
+            closed += [("panic", a) for a in closed_panic]
+            await self.maybe_publish(workload, metric, series, closed, now)
+        if changed:
+            self.table[kb] = _STATE_ENC.encode(state)
+
+    async def maybe_publish(
+        self,
+        workload: str,
+        metric: str,
+        series: MetricWindows,
+        closed: list[tuple[WindowKind, WindowAcc]],
+        now: float,
+    ) -> None:
+        """A window closed: out now, with the estimates. Else the estimates, unless this series
+        went out less than an interval ago (then the timer sends them)."""
+        key = (workload, metric)
+        if closed or now - self.published_at.get(key, -math.inf) >= self.interval:
+            self.dirty.pop(key, None)
+            await self.publish_series(key, series, closed, now)
+        else:
+            self.dirty[key] = series
+
+    async def publish_series(
+        self,
+        key: tuple[str, str],
+        series: MetricWindows,
+        closed: list[tuple[WindowKind, WindowAcc]],
+        now: float,
+    ) -> None:
+        opened = estimates(series)
+        sig = signature(opened)
+        if not closed and sig == self.published.get(key):
+            return
+        window = load_message(key[0], key[1], closed, opened)
+        self.published[key] = sig
+        self.published_at[key] = now
+        if window is not None:
+            await self.publish(window)
+
+    async def publish_dirty(self) -> None:
+        SERIES.set(len(self.table))
+        pending, self.dirty = self.dirty, {}
+        now = time.monotonic()
+        for key, series in pending.items():
+            await self.publish_series(key, series, [], now)
+
+    async def publish(self, window: events.LoadWindow) -> None:
+        workload = window.workload
+        kb = workload.encode()
+        partition = self.load_partition.get(workload)
+        if partition is None:
+            try:  # known once the producer has the load topic's metadata (after a first send)
+                partition = self.load_partition[workload] = self.app.producer.key_partition(
+                    self.s.load_topic, kb
+                ).partition
+            except Exception:
+                partition = None  # the producer's partitioner picks it: the same partition
+        await self.app.producer.send(
+            self.s.load_topic, kb, _LOAD.encode(window), partition, None, self.load_headers
+        )
+        self.window_counters[(window.window, window.closed)].inc()
+        for v in window.more:
+            self.window_counters[(v.window, v.closed)].inc()
+
+    # --- dead letters ------------------------------------------------------------------------
+
+    async def dead_letter(
+        self,
+        message: Any,
+        headers: list[tuple[str, bytes]],
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        detail: str,
+        extra: Iterable[tuple[str, bytes]] = (),
+    ) -> None:
+        await self.dlq_topic.send(
+            key=key,
+            value=value,
+            headers=[
+                *headers,
+                (H_DLQ_REASON, reason.encode()),
+                (H_DLQ_ERROR, detail[:1000].encode()),
+                (H_DLQ_TOPIC, message.topic.encode()),
+                (H_DLQ_PARTITION, str(message.partition).encode()),
+                (H_DLQ_OFFSET, str(message.offset).encode()),
+                *extra,
+            ],
+        )
+        SAMPLES.labels("dead_letter").inc()
+        DEAD_LETTERS.labels(message.topic, reason).inc()
+        log.warning(
+            "dead-lettered a sample: %s: %s", reason, detail, extra={"offset": message.offset}
+        )
+
+    async def refuse(self, message: Any, headers: list[tuple[str, bytes]], r: Refused) -> None:
+        """A sample of a batch, alone: its JSON under the record's key, with its index."""
+        await self.dead_letter(
+            message,
+            headers,
+            message.key,
+            r.raw,
+            r.reason,
+            r.detail,
+            [(H_DLQ_INDEX, str(r.index).encode())],
+        )
+
+    # --- lag ---------------------------------------------------------------------------------
+
+    def observe_lag(self) -> None:
+        consumer = self.app.consumer
+        owned = [tp for tp in consumer.assignment() if tp.topic == self.s.metrics_topic]
+        ends: dict[Any, int | None] = {}
+        for tp in owned:
+            try:
+                ends[tp] = consumer.highwater(tp)
+            except Exception:  # not fetched yet (or the consumer is between rebalances)
+                ends[tp] = None
+        done = {tp: self.handled.get((tp.topic, tp.partition)) for tp in owned}
+        record_consumer_lag(self.s.app_id, [self.s.metrics_topic], ends, done)
+
+
 def build_app(s: AggregatorSettings) -> faust.App:
-    app = AggregatorApp(
+    # Read by faust's consumer as patched by deploy/patches (its own default: 1500).
+    os.environ[FETCH_WAIT_ENV] = str(s.fetch_max_wait_ms)
+    app = faust.App(
         s.app_id,
         broker=f"kafka://{s.kafka.bootstrap}",
         broker_credentials=broker_credentials(s.kafka.security),
@@ -175,14 +525,12 @@ def build_app(s: AggregatorSettings) -> faust.App:
         producer_acks=-1,
         # Batch produce requests (changelog + windows): one request per message costs more
         # than everything else the worker does.
-        # 20 ms, not 5: each produce request is a socket write, and at 1,000 samples/s the writes
-        # of 5 ms batches were a tenth of the worker's CPU.
         producer_linger=0.02,
         producer_max_batch_size=256 * 1024,
         consumer_auto_offset_reset=s.auto_offset_reset,
         # faust commits inline in its fetch loop every `broker_commit_every` acked messages (a
-        # producer flush and an offset commit, fetching stalled meanwhile): at 200 that was
-        # several stalls a second at 1,000 samples/s. Commit on the 1 s timer instead.
+        # producer flush and an offset commit, fetching stalled meanwhile). Commit on the 1 s
+        # timer instead.
         broker_commit_every=100_000,
         broker_commit_interval=1.0,
         table_cleanup_interval=60.0,
@@ -191,246 +539,26 @@ def build_app(s: AggregatorSettings) -> faust.App:
         key_serializer="raw",
         value_serializer="raw",
     )
-    specs: dict[str, WindowSpec] = {
-        "stable": hopping(
-            s.stable_window_seconds, s.stable_hop_seconds, s.allowed_lateness_seconds
-        ),
-        "panic": hopping(s.panic_window_seconds, s.panic_hop_seconds, s.allowed_lateness_seconds),
-    }
-    raw = {"key_serializer": "raw", "value_serializer": "raw"}
-    metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
-    dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
-    table = app.Table(
-        events.AGGREGATOR_TABLE,
-        default=None,
-        partitions=events.METRICS.partitions,
-        key_type=bytes,
-        value_type=bytes,
-    )
-    changelog = table.changelog_topic.get_topic_name()
-    table_data: Any = table.data
-    decoder = _Decoder(events.METRICS)
-    dirty: dict[str, MetricWindows] = {}
-    # Next offset to handle per metrics partition (governor_bus_consumer_lag).
-    handled: dict[tuple[str, int], int] = {}
+    agg = Aggregation(app, s)
 
-    # Per series: when its open-window estimates were last published (monotonic) and what they
-    # were ((start, count) of the stable and the panic estimate), so an unchanged estimate is
-    # not sent again and a series is published at most every publish_interval_ms.
-    interval = s.publish_interval_ms / 1000.0
-    published_at: dict[str, float] = {}
-    published: dict[str, tuple[tuple[float, int], ...]] = {}
-    producer_headers = list(_LOAD.headers)
-    encode_load = _LOAD.encode
-    window_counters = {
-        (kind, closed): WINDOWS.labels(kind, "closed" if closed else "open")
-        for kind in ("stable", "panic")
-        for closed in (True, False)
-    }
-    # The memory store holds each series' state as the object itself (decoding 2.5 KB of
-    # windows per sample was a tenth of the worker's time); a rocksdb store needs bytes. What
-    # recovery restores from the changelog is bytes in either case.
-    objects_in_store = s.store.startswith("memory")
-
-    # Partition per workload on the load topic, computed once per workload with the partitioner
-    # every producer of the topic uses (aiokafka's murmur2 is pure Python, per message).
-    load_partition: dict[str, int] = {}
-    partitioner = DefaultPartitioner()
-
-    async def load_partition_of(aio: Any, workload: str, key: bytes) -> int:
-        partition = load_partition.get(workload)
-        if partition is None:
-            await aio.client._wait_on_metadata(s.load_topic)
-            parts = sorted(aio.client.cluster.partitions_for_topic(s.load_topic))
-            partition = load_partition[workload] = partitioner(key, parts, parts)
-        return partition
-
-    async def publish(window: events.LoadWindow) -> None:
-        # Straight into the Kafka producer, without faust's wrapper and buffer task: faust
-        # flushes this producer before it commits source offsets, and events are acked only
-        # after their batch was handled, so a window is sent before its samples are committed.
-        aio = app.producer._ensure_producer()  # type: ignore[attr-defined]
-        key = window.workload.encode()
-        await aio.send(
-            s.load_topic,
-            encode_load(window),
-            key=key,
-            partition=await load_partition_of(aio, window.workload, key),
-            headers=producer_headers,
-        )
-        window_counters[(window.window, window.closed)].inc()
-
-    async def store(key: bytes, state: MetricWindows, partition: int) -> None:
-        """The table write of one series: the store, then its changelog record on the source
-        partition (what faust's Table does on `table[key] = value`, without its per-message
-        buffer task; faust flushes the producer before committing source offsets)."""
-        value = _STATE_ENC.encode(state)
-        table_data[key] = state if objects_in_store else value
-        aio = app.producer._ensure_producer()  # type: ignore[attr-defined]
-        fut = await aio.send(changelog, value, key=key, partition=partition)
-        if not objects_in_store:
-            fut.add_done_callback(functools.partial(persisted, partition))
-
-    def persisted(partition: int, fut: Any) -> None:
-        # What faust's Table does when a changelog record is acknowledged: a rocksdb store keeps
-        # the offset so that recovery starts from there.
-        if not fut.cancelled() and fut.exception() is None:
-            table.data.set_persisted_offset(TP(changelog, partition), fut.result().offset)
-
-    def load_state(kb: bytes) -> MetricWindows:
-        stored = table_data.get(kb)
-        if stored is None:
-            return new_state()
-        if isinstance(stored, MetricWindows):
-            return stored
-        return _STATE_DEC.decode(stored)
-
-    async def publish_open(key: str, state: MetricWindows) -> None:
-        """The open windows' running estimates of one series, those that changed."""
-        workload, metric = key.split(_SEP)
-        before = published.get(key, ())
-        sig: list[tuple[float, int]] = []
-        kinds: tuple[tuple[WindowKind, SeriesWindows], ...] = (
-            ("stable", state.stable),
-            ("panic", state.panic),
-        )
-        for i, (kind, series) in enumerate(kinds):
-            newest = series.newest if series.newest is not None else time.time()
-            acc = estimate(series, newest)
-            sig.append((acc.start, acc.count) if acc is not None else (-1.0, 0))
-            if acc is not None and (len(before) <= i or before[i] != sig[i]):
-                await publish(to_load_window(acc, workload, metric, kind, closed=False))
-        published[key] = tuple(sig)
-        published_at[key] = time.monotonic()
-
-    async def dead_letter(rec: _Record, err: DeadLetter) -> None:
-        await dlq_topic.send(
-            key=rec.key,
-            value=rec.value,
-            headers=[
-                *rec.headers,
-                (H_DLQ_REASON, err.reason.encode()),
-                (H_DLQ_ERROR, err.detail[:1000].encode()),
-                (H_DLQ_TOPIC, rec.topic.encode()),
-                (H_DLQ_PARTITION, str(rec.partition).encode()),
-                (H_DLQ_OFFSET, str(rec.offset).encode()),
-            ],
-        )
-        SAMPLES.labels("dead_letter").inc()
-        DEAD_LETTERS.labels(rec.topic, err.reason).inc()
-        log.warning("dead-lettered a sample: %s", err, extra={"offset": rec.offset})
-
-    def new_state() -> MetricWindows:
-        return MetricWindows(
-            -1, SeriesWindows(spec=specs["stable"]), SeriesWindows(spec=specs["panic"])
-        )
-
-    samples_ok, samples_late, samples_dup = (
-        SAMPLES.labels("ok"),
-        SAMPLES.labels("late"),
-        SAMPLES.labels("duplicate"),
-    )
-    value_of = decoder.value_of
-
-    async def handle(batch: list[Any]) -> None:
-        """One batch of events: per partition, per series, all its samples in one fold and one
-        table write; then the open estimates of the series touched."""
-        by_partition: dict[int, list[Any]] = {}
-        for event in batch:
-            by_partition.setdefault(event.message.partition, []).append(event)
-        touched: dict[str, MetricWindows] = {}
-        for partition, events_ in by_partition.items():
-            samples: dict[str, list[tuple[int, events.MetricSample]]] = {}
-            for event in events_:
-                message = event.message
-                handled[(message.topic, partition)] = message.offset + 1
-                sample = value_of(message.value, message.key, message.headers)
-                if sample is None:
-                    # The slow path says why (or accepts what the fast one would not).
-                    rec = _Record(message)
-                    try:
-                        sample = decoder(rec).value
-                    except DeadLetter as err:
-                        await dead_letter(rec, err)
-                        continue
-                assert sample is not None
-                key = series_key(sample.workload, sample.metric)
-                items = samples.get(key)
-                if items is None:
-                    items = samples[key] = []
-                items.append((message.offset, sample))
-            if not samples:
-                continue
-            # faust's Table takes the changelog partition (and a rocksdb store its shard) from
-            # the current event: every key written here came from this partition.
-            token = _current_event.set(weakref.ref(events_[-1]))
-            try:
-                for key, items in samples.items():
-                    kb = key.encode()
-                    state = load_state(kb)
-                    fresh = [(off, smp) for off, smp in items if off > state.offset]
-                    if len(fresh) < len(items):
-                        samples_dup.inc(len(items) - len(fresh))
-                    if not fresh:
-                        continue
-                    pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
-                    stable, closed_stable, late = ingest_many(state.stable, pairs)
-                    panic, closed_panic, _ = ingest_many(state.panic, pairs)
-                    state = MetricWindows(fresh[-1][0], stable, panic)
-                    await store(kb, state, partition)
-                    touched[key] = state
-                    smp = fresh[-1][1]
-                    for kind, closed in (("stable", closed_stable), ("panic", closed_panic)):
-                        for acc in closed:
-                            await publish(
-                                to_load_window(acc, smp.workload, smp.metric, kind, closed=True)
-                            )
-                    if late:
-                        samples_late.inc(late)
-                    if len(pairs) > late:
-                        samples_ok.inc(len(pairs) - late)
-            finally:
-                _current_event.reset(token)
-        # Open estimates now rather than on the next timer tick (that wait was most of the
-        # sample-to-decision latency); a series published less than publish_interval_ms ago
-        # waits for the timer, so the rate per series stays bounded.
-        now = time.monotonic()
-        for key, state in touched.items():
-            if now - published_at.get(key, -math.inf) >= interval:
-                dirty.pop(key, None)
-                await publish_open(key, state)
-            else:
-                dirty[key] = state
-
-    @app.agent(metrics_topic)
+    @app.agent(agg.metrics_topic)
     async def aggregate(stream: Any) -> None:
-        # Batches: one fold and one changelog write per series and batch, events acked (and so
+        # Batches: one fold and one table write per workload and batch; events acked (and so
         # committed) only after their batch was handled.
         async for batch in stream.take_events(s.batch_max_samples, within=s.batch_within_ms / 1000):
-            await handle(batch)
+            await agg.handle(batch)
 
-    @app.timer(interval=interval)
+    @app.timer(interval=agg.interval)
     async def publish_open_windows() -> None:
-        SERIES.set(len(table))
-        if not dirty:
-            return
-        pending = list(dirty.items())
-        dirty.clear()
-        for key, state in pending:
-            await publish_open(key, state)
+        await agg.publish_dirty()
 
     @app.timer(interval=1.0)
     async def observe_lag() -> None:
-        consumer = app.consumer
-        owned = [tp for tp in consumer.assignment() if tp.topic == s.metrics_topic]
-        ends: dict[Any, int | None] = {}
-        for tp in owned:
-            try:
-                ends[tp] = consumer.highwater(tp)
-            except Exception:  # not fetched yet (or the consumer is between rebalances)
-                ends[tp] = None
-        done = {tp: handled.get((tp.topic, tp.partition)) for tp in owned}
-        record_consumer_lag(s.app_id, [s.metrics_topic], ends, done)
+        agg.observe_lag()
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app: Any, revoked: Any, **kwargs: Any) -> None:
+        agg.revoked()
 
     def ready() -> bool:
         return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())
@@ -438,8 +566,8 @@ def build_app(s: AggregatorSettings) -> faust.App:
     @app.task
     async def serve_health() -> None:
         # faust stalls the stream whenever more than 100 sends are buffered (it then waits in
-        # 0.1 s steps): at one changelog write and ~2.6 windows per sample that is every few
-        # dozen samples. Let the buffer absorb a burst; faust still flushes before committing.
+        # 0.1 s steps); table writes go through that buffer. Let it absorb a burst; faust still
+        # flushes before committing.
         app.producer.buffer.max_messages = s.producer_buffer_messages
         # faust's own web server is off; /metrics, /healthz, /readyz are the same as elsewhere.
         await HealthServer(s.http_host, s.http_port, ready).start()

@@ -29,7 +29,11 @@ def push_openapi(*, auth: bool) -> dict[str, Any]:
     (batch, accepted, error), components = msgspec.json.schema_components(
         [SampleBatch, PushAccepted, PushError], ref_template=REF
     )
-    sample = components["MetricSample"]["properties"]
+    # The `kind` tag ("sample") tells a sample from a MetricBatch on governor.metrics; a pushed
+    # sample may leave it out (msgspec reads an untagged sample as one), so it is not required.
+    component = components["MetricSample"]
+    component["required"] = [f for f in component.get("required", []) if f != "kind"]
+    sample = component["properties"]
     sample["workload"]["pattern"] = WORKLOAD_PATTERN
     sample["metric"]["minLength"] = 1
     sample["timestamp"]["exclusiveMinimum"] = 0

@@ -44,6 +44,7 @@ from governor.ownership import Ownership
 from governor.settings import KafkaSettings
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
+from governor.windows import views
 from governor_decider.cli import PREFIX
 from governor_decider.journal import Journal, stage2_path
 from governor_decider.metrics import (
@@ -283,10 +284,12 @@ class Decider:
             for msg in batch:
                 value = msg.value
                 if isinstance(value, events.LoadWindow):
-                    stage1.on_window(value)
+                    # One message per series carries several windows (LoadWindow.more).
+                    for window in views(value):
+                        stage1.on_window(window)
+                        if j1 is not None:
+                            j1.window(window)
                     load[value.workload] = None
-                    if j1 is not None:
-                        j1.window(value)
                 elif isinstance(value, events.Recommendation):
                     stage2.on_recommendation(value)
                     recommended[value.workload] = None

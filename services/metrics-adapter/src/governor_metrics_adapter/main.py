@@ -22,6 +22,7 @@ from governor.events import LOAD, LoadWindow, Topic
 from governor.front_proxy import front_proxy_trust, is_front_proxy, server_context
 from governor.kube import Kube, connect
 from governor.telemetry import HealthServer, configure_logging
+from governor.windows import views
 from governor_metrics_adapter.config import PREFIX, MetricsAdapterSettings
 
 log = logging.getLogger("governor.metrics_adapter")
@@ -135,7 +136,9 @@ class Service:
 
     async def _on_window(self, msg: bus.Message[Any]) -> None:
         if isinstance(msg.value, LoadWindow):
-            self.history.add(msg.value, time.time())
+            now = time.time()
+            for window in views(msg.value):  # one message per series carries several windows
+                self.history.add(window, now)
 
     async def run(self) -> None:
         assert self.consumer is not None

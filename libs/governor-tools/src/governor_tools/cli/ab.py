@@ -15,6 +15,7 @@ import typer
 
 from governor import events
 from governor.history import History
+from governor.windows import views
 from governor_tools import ab
 from governor_tools.cli.explain import parse_workload
 
@@ -42,8 +43,9 @@ class Records:
         if getattr(value, "workload", None) != self.workload:
             return
         if isinstance(value, events.LoadWindow):
-            if value.window == "stable" and value.end >= self.since:
-                self.load.setdefault(value.metric, []).append((value.end, value.mean))
+            for w in views(value):  # one message per series carries several windows
+                if w.window == "stable" and w.end >= self.since:
+                    self.load.setdefault(w.metric, []).append((w.end, w.mean))
         elif isinstance(value, events.ScaleDecision):
             if value.decided_at < self.since:
                 return

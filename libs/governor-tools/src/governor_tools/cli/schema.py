@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import typer
 
-from governor.events import json_schemas
+from governor.schemas import json_schemas
 
 
 def register(app: typer.Typer) -> None:

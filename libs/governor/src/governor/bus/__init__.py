@@ -65,6 +65,7 @@ from governor.bus.codec import (
     CONTENT_TYPE,
     H_CONTENT_TYPE,
     H_DLQ_ERROR,
+    H_DLQ_INDEX,
     H_DLQ_OFFSET,
     H_DLQ_PARTITION,
     H_DLQ_REASON,
@@ -96,9 +97,6 @@ from governor.bus.lag import CONSUMER_LAG, consumer_lag, record_consumer_lag
 from governor.bus.producer import Producer
 from governor.bus.reading import read_table, records_to_end
 
-# The aggregator (being rewritten beside this split) still imports the old private name.
-_Decoder = Decoder
-
 __all__ = [
     "CONSUMED",
     "CONSUMER_LAG",
@@ -107,6 +105,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "H_CONTENT_TYPE",
     "H_DLQ_ERROR",
+    "H_DLQ_INDEX",
     "H_DLQ_OFFSET",
     "H_DLQ_PARTITION",
     "H_DLQ_REASON",

@@ -19,6 +19,8 @@ H_DLQ_ERROR = "governor-dlq-error"
 H_DLQ_TOPIC = "governor-dlq-topic"
 H_DLQ_PARTITION = "governor-dlq-partition"
 H_DLQ_OFFSET = "governor-dlq-offset"
+# A refused sample of a MetricBatch record: its index in the batch's samples.
+H_DLQ_INDEX = "governor-dlq-index"
 
 DlqReason = Literal[
     "decode",  # not JSON (or not UTF-8, truncated, ...)

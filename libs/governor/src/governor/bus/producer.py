@@ -125,11 +125,17 @@ class Producer:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        partition: int | None = None,
     ) -> asyncio.Future[Any]:
-        """Queue raw bytes (dead letters, tools, tests). Returns a future for the ack."""
+        """Queue raw bytes (dead letters, batch records, tools, tests), to `partition` if
+        given (else the key's). Returns a future for the ack."""
         return await self._p().send(  # type: ignore[no-any-return]
-            topic, value, key=key, headers=list(headers)
+            topic, value, key=key, headers=list(headers), partition=partition
         )
+
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has (waits for its metadata)."""
+        return len(await self._p().partitions_for(topic))
 
     async def flush(self) -> None:
         if self._producer is not None:

@@ -1,0 +1,67 @@
+"""Deliver each partition of a stream in offset order, once, across rebalances.
+
+faust-streaming 0.15.3 can hand the agent records it fetched before a rebalance after the seek
+to the committed offset: records from where the worker had fetched to, past some that were
+fetched and then dropped with the stream buffers. faust then takes the jump for a compacted
+topic's gap and drops the records the seek fetches again as already read: a sample is lost. So
+per partition the next offset to fold is known: a record behind it is a duplicate, the first one
+ahead of it asks for a seek back to it (`seek`), and later ones are stale until it arrives. Pure
+bookkeeping; the aggregator says where a partition resumes, feeds every record through it and
+does the seek.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Literal
+
+Step = Literal["deliver", "duplicate", "seek", "ahead"]
+
+
+class StreamOrder:
+    """The next offset of each partition, from its resume point on.
+
+    `unknown(tp)`: nothing is known since the partitions last moved; the caller then says where
+    the partition resumes (`resume`; None: from whatever comes first). A gap that stays open for
+    `gap_timeout` seconds is taken as records deleted by retention: nothing brings them back, so
+    the jump is taken rather than stalling the partition for good.
+    """
+
+    def __init__(self, gap_timeout: float) -> None:
+        self.gap_timeout = gap_timeout
+        self.next: dict[Hashable, int | None] = {}
+        self.gap_since: dict[Hashable, float] = {}
+        self.sought: dict[Hashable, int] = {}
+
+    def moved(self) -> None:
+        """Partitions were revoked: every resume point is unknown again."""
+        self.next.clear()
+        self.gap_since.clear()
+        self.sought.clear()
+
+    def unknown(self, tp: Hashable) -> bool:
+        return tp not in self.next
+
+    def resume(self, tp: Hashable, offset: int | None) -> None:
+        self.next[tp] = offset
+
+    def step(self, tp: Hashable, offset: int, now: float) -> Step:
+        """What to do with the record at `offset` of `tp`, seen at `now` (seconds). "seek":
+        skip it and seek `tp` back to `expected(tp)`; "ahead", "duplicate": skip it."""
+        expected = self.next.get(tp)
+        if expected is not None and offset < expected:
+            return "duplicate"
+        if expected is not None and offset > expected:
+            since = self.gap_since.setdefault(tp, now)
+            if now - since < self.gap_timeout:
+                if self.sought.get(tp) == expected:
+                    return "ahead"
+                self.sought[tp] = expected
+                return "seek"
+        self.next[tp] = offset + 1
+        self.gap_since.pop(tp, None)
+        self.sought.pop(tp, None)
+        return "deliver"
+
+    def expected(self, tp: Hashable) -> int | None:
+        return self.next.get(tp)

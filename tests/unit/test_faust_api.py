@@ -1,0 +1,118 @@
+"""The faust API the aggregator relies on (governor_aggregator.main): names, signatures and
+behaviour. An upgrade of faust-streaming that changes any of it fails here, not in production.
+
+Also the patch that makes faust's fetch wait settable (deploy/patches, tools/patch_deps.py): it
+is applied to this environment, and only to the version it was written for."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import faust
+import faust.streams
+import faust.transport.drivers.aiokafka as faust_aiokafka
+import pytest
+from faust.tables.table import Table
+
+from governor_aggregator.main import AggregatorSettings, build_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def params(fn: object) -> set[str]:
+    return set(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+
+
+def test_the_pinned_version() -> None:
+    # The patch and everything below were checked against this version.
+    assert importlib.metadata.version("faust-streaming") == "0.15.3"
+
+
+def test_the_app_settings_the_aggregator_passes_exist() -> None:
+    used = {
+        "broker",
+        "broker_credentials",
+        "store",
+        "datadir",
+        "topic_partitions",
+        "topic_allow_declare",
+        "web_enabled",
+        "producer_acks",
+        "producer_linger",
+        "producer_max_batch_size",
+        "consumer_auto_offset_reset",
+        "broker_commit_every",
+        "broker_commit_interval",
+        "table_cleanup_interval",
+        "key_serializer",
+        "value_serializer",
+    }
+    # faust.Settings takes them as keywords; each is a setting (a descriptor on the class).
+    missing = {name for name in used if not hasattr(faust.Settings, name)}
+    assert not missing
+
+
+def test_stream_batches_producer_and_consumer_calls() -> None:
+    assert {"max_", "within"} <= params(faust.streams.Stream.take_events)
+    # app.producer.send(topic, key, value, partition, timestamp, headers), positional.
+    send = list(inspect.signature(faust_aiokafka.Producer.send).parameters)
+    assert send[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
+    assert list(inspect.signature(faust_aiokafka.Producer.key_partition).parameters) == [
+        "self",
+        "topic",
+        "key",
+    ]
+    consumer = faust_aiokafka.Consumer
+    for name in ("assignment", "highwater", "topic_partitions"):
+        assert callable(getattr(consumer, name)), name
+    # await app.consumer.seek(tp, offset): a partition ahead of its next offset is sought back.
+    assert inspect.iscoroutinefunction(consumer.seek)
+    assert list(inspect.signature(consumer.seek).parameters) == ["self", "partition", "offset"]
+    assert "use_partitioner" in params(Table.__init__)
+
+
+def test_the_built_app_has_what_the_aggregator_uses() -> None:
+    app = build_app(AggregatorSettings(data_dir="/tmp/governor-faust-api-test"))
+    table = app.tables["governor-aggregator-series"]
+    # Keyed by workload with the producers' partitioner: the changelog partition is the key's,
+    # not the current event's (what lets a batch of several partitions write the table).
+    assert table.use_partitioner is True
+    assert table.partition_for_key(b"ns/Deployment/a") is None
+    assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
+    assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)
+    # The settings took (an unknown keyword would have been ignored silently).
+    assert app.conf.broker_commit_every == 100_000
+    assert app.conf.producer_linger == 0.02
+    assert app.conf.consumer_auto_offset_reset == "latest"
+    assert [a.name for a in app.agents.values()] == ["governor_aggregator.main.aggregate"] or len(
+        app.agents
+    ) == 1
+
+
+def test_the_fetch_wait_patch_is_applied_here() -> None:
+    source = inspect.getsource(faust_aiokafka)
+    assert 'fetch_max_wait_ms=int(os.environ.get("FAUST_FETCH_MAX_WAIT_MS", "1500"))' in source
+    assert "fetch_max_wait_ms=1500," not in source
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "patch_deps.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "already applied" in out.stderr
+
+
+def test_the_patch_tool_refuses_another_version(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import patch_deps
+    finally:
+        sys.path.pop(0)
+    other = tmp_path / "faust-streaming-0.15.4-fetch-wait.patch"
+    other.write_text((ROOT / "deploy/patches/faust-streaming-0.15.3-fetch-wait.patch").read_text())
+    with pytest.raises(SystemExit, match=r"installed is 0\.15\.3"):
+        patch_deps.apply(other, tmp_path)
