@@ -257,3 +257,17 @@ def test_stage2_sends_a_request_not_taken_up_again_on_a_recommendation_after_the
     split.stage1.republish_seconds = 0.0  # stage 1's periodic republication, now
     retry = split.step(1000.0 + grace, 280.0)
     assert retry is not None and retry.seq == 2 and retry.to_replicas == d1.to_replicas
+
+
+def test_a_checkpoint_read_at_an_assignment_goes_to_the_stage_that_owns_its_key() -> None:
+    from governor.decider_memory import restoring_stages
+    from governor.events import DeciderCheckpoint
+
+    def cp(key: str, seq: int) -> DeciderCheckpoint:
+        return DeciderCheckpoint(workload=key, seq=seq)
+
+    assert restoring_stages(cp("ns/Deployment/web", 0)) == (0,)
+    # a one-instance decider's checkpoint also seeds stage 2's seq (it never goes back)
+    assert restoring_stages(cp("ns/Deployment/web", 7)) == (0, 1)
+    assert restoring_stages(cp("decision:ns/Deployment/web", 7)) == (1,)
+    assert restoring_stages(cp("pool:gpu", 3)) == (1,)

@@ -48,6 +48,8 @@ from typing import Literal
 import msgspec
 
 from governor import shadow as sh
+from governor.decider_memory import DECISION_PREFIX as DECISION_PREFIX
+from governor.decider_memory import POOL_PREFIX as POOL_PREFIX
 from governor.decider_memory import Memory, Outputs, PoolMemory, Stage1View
 from governor.events import (
     DeciderCheckpoint,
@@ -83,8 +85,6 @@ _STATE_ENCODER = msgspec.msgpack.Encoder()
 _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
 _ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
 _ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
-POOL_PREFIX = "pool:"
-DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
 Role = Literal["both", "stage1", "stage2"]
 
 

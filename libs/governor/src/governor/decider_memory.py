@@ -17,6 +17,19 @@ from governor.policy.rebalance import ShortKey
 from governor.policy.types import ScaleResult, ScaleState
 from governor.spec import ScalingPolicy
 
+POOL_PREFIX = "pool:"
+DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
+
+
+def restoring_stages(cp: DeciderCheckpoint) -> tuple[int, ...]:
+    """Which split cores (0: stage 1, 1: stage 2) restore a checkpoint read at an assignment.
+
+    Stage 2's are keyed by pool or `decision:`; stage 1's by workload, and one of a one-instance
+    decider (seq > 0) also seeds stage 2's seq, so a seq never goes back on an upgrade."""
+    if cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX)):
+        return (1,)
+    return (0, 1) if cp.seq > 0 else (0,)
+
 
 @dataclass
 class Memory:

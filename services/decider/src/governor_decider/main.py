@@ -38,7 +38,8 @@ import msgspec
 
 from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
-from governor.decider import DECISION_PREFIX, POOL_PREFIX, DeciderCore, Outputs
+from governor.decider import DeciderCore, Outputs
+from governor.decider_memory import restoring_stages
 from governor.entry import service_settings
 from governor.ownership import Ownership
 from governor.settings import KafkaSettings
@@ -376,10 +377,7 @@ class Decider:
                 self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
             )
             for cp in table.values():
-                plain = not cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX))
-                # Stage 1's checkpoints are keyed by workload; one of a one-instance decider
-                # (seq > 0) also seeds stage 2's seq, so a seq never goes back on an upgrade.
-                for i in ([0] if plain else []) + ([1] if not plain or cp.seq > 0 else []):
+                for i in restoring_stages(cp):
                     self.cores[i].on_checkpoint(cp)
                     for j in self.journals[i : i + 1]:
                         j.checkpoint(cp)
