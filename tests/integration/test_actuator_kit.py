@@ -178,6 +178,12 @@ async def install_base_rbac(kube: Kube, allowed: Iterable[str]) -> list[dict[str
     await create_namespace(kube, SYSTEM_NS)
     wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
     chosen = [o for o in objs if o["kind"] in wanted]
+    # and the Roles of governor's own namespace (the cluster collectors' leader Lease)
+    chosen += [
+        o
+        for o in objs
+        if o["kind"] in ("Role", "RoleBinding") and o["metadata"].get("namespace") == SYSTEM_NS
+    ]
     access = render_kustomization(BASE / "target-access")
     for ns in allowed:
         for rb in access:

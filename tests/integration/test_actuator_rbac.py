@@ -221,6 +221,18 @@ async def test_other_services(admin: Kube, allowed_ns: str) -> None:  # noqa: F8
             admin, collector, "patch", "deployments", group="apps", namespace=allowed_ns
         )
         assert not await can(admin, collector, "get", "secrets", namespace=allowed_ns)
+    # the cluster collectors' leader Lease: theirs to write, in their namespace only
+    cc = f"system:serviceaccount:{SYSTEM_NS}:governor-cluster-collector"
+    lease = dict(group="coordination.k8s.io", namespace=SYSTEM_NS)
+    assert await can(admin, cc, "update", "leases", name="governor-cluster-collector", **lease)
+    assert await can(admin, cc, "create", "leases", **lease)
+    assert not await can(admin, cc, "update", "leases", name="kube-scheduler", **lease)
+    assert not await can(
+        admin, cc, "update", "leases", group="coordination.k8s.io", namespace=allowed_ns
+    )
+    assert not await can(
+        admin, f"system:serviceaccount:{SYSTEM_NS}:governor-collector", "create", "leases", **lease
+    )
     for svc in ("aggregator", "decider"):
         user = f"system:serviceaccount:{SYSTEM_NS}:governor-{svc}"
         assert not await can(admin, user, "list", "pods")

@@ -410,6 +410,11 @@ def settings(e: Env) -> ClusterCollectorSettings:
         cluster_topic=e.topics["cluster"],
         coalesce_ms=200,
         resync_seconds=1.0,  # resync often: it must not add messages
+        # This run's own Lease, and one identity for its successive instances (never two alive
+        # at once): a restart after kill -9 renews at once, as a restarted container of one pod.
+        lease_name=f"cs-{e.suffix}",
+        lease_namespace=e.ns,
+        identity=f"cs-{e.suffix}",
     )
 
 
@@ -430,6 +435,9 @@ def start_process(e: Env, log_path: Path) -> subprocess.Popen[bytes]:
         "GOVERNOR_CLUSTER_COLLECTOR_POLICIES_TOPIC": s.policies_topic,
         "GOVERNOR_CLUSTER_COLLECTOR_WORKLOADS_TOPIC": s.workloads_topic,
         "GOVERNOR_CLUSTER_COLLECTOR_CLUSTER_TOPIC": s.cluster_topic,
+        "GOVERNOR_CLUSTER_COLLECTOR_LEASE_NAME": s.lease_name,
+        "GOVERNOR_CLUSTER_COLLECTOR_LEASE_NAMESPACE": e.ns,
+        "GOVERNOR_CLUSTER_COLLECTOR_IDENTITY": s.identity or "",
     }
     return subprocess.Popen(
         [

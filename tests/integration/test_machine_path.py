@@ -238,7 +238,10 @@ async def test_base_and_chart_then_the_services_apply_one_decision(
         )
 
     services = [
-        service("cluster-collector", "METRICS_PORT", METRICS_HOST="127.0.0.1"),
+        # LEASE_NAMESPACE: what a pod reads from its ServiceAccount mount (its Role is there)
+        service(
+            "cluster-collector", "METRICS_PORT", METRICS_HOST="127.0.0.1", LEASE_NAMESPACE=SYSTEM_NS
+        ),
         service(
             "aggregator",
             "HTTP_PORT",

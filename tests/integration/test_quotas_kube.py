@@ -454,6 +454,8 @@ async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respect
         quotas_topic=names["quotas"],
         queues_topic=names["queues"],
         coalesce_ms=100,
+        lease_name=f"quotas-{suffix}",  # this run's own Lease: it leads at once
+        lease_namespace=ns,
     )
     collector = ClusterCollector(s)
     await ensure_topics(kafka_bootstrap, list(collector.topics.values()))
