@@ -1,6 +1,6 @@
 """Two cluster collectors on the real API server and broker, electing a leader on a real
 coordination.k8s.io/v1 Lease: exactly one publishes; SIGKILL of the leader hands over within a
-lease duration and a renew deadline; never do both publish."""
+lease duration and a renew deadline; never do both publish; SIGTERM releases the Lease."""
 
 from __future__ import annotations
 
@@ -132,6 +132,16 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
         assert after["spec"]["holderIdentity"] == "collector-b"
         assert after["spec"]["leaseTransitions"] == holder["spec"]["leaseTransitions"] + 1
         print(f"cluster collector takeover after SIGKILL: {took_over:.1f}s (lease {LEASE_S}s)")
+
+        # A graceful stop (SIGTERM) releases the Lease on the way out: no wait for expiry.
+        c = collector(e, lease, "collector-c", tmp_path)
+        services.append(c)
+        await asyncio.to_thread(c.start)
+        assert leads(b) and not leads(c)
+        await asyncio.to_thread(b.stop)
+        released = await e.kube.get("coordination.k8s.io/v1", "leases", lease, namespace=e.ns)
+        assert released["spec"]["holderIdentity"] in ("", "collector-c")
+        await wait_for(lambda: leads(c), 30, "the third collector to take the released Lease")
     finally:
         for s in services:
             s.stop()

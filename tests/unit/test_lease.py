@@ -223,3 +223,28 @@ def test_a_holder_that_stops_renewing_is_replaced_within_a_lease_duration(
     bound = max(kill_at, start_b + 2.0) + D + 2 * RP + 6 * latency
     assert took_over[0] <= bound, (took_over[0], bound)
     assert not sim.overlaps
+
+
+# --- the shell's wire format (governor.leader) ---------------------------------------------
+
+
+def test_a_lease_object_round_trips_through_the_wire_format() -> None:
+    from governor.leader import format_micro_time, lease_object, parse_lease
+
+    rec = LeaseRecord(
+        holder="a", duration_s=15.0, acquire_time=1700000000.25, renew_time=1700000002.5,
+        transitions=2,
+    )  # fmt: skip
+    obj = lease_object("l", "ns", rec, "41")
+    assert obj["metadata"] == {"name": "l", "namespace": "ns", "resourceVersion": "41"}
+    assert (
+        obj["spec"]["renewTime"]
+        == format_micro_time(1700000002.5)
+        == ("2023-11-14T22:13:22.500000Z")
+    )
+    assert parse_lease(obj) == (rec, "41")
+    assert parse_lease(None) == (None, None)
+    # a released Lease (holderIdentity "") is free; a create carries no resourceVersion
+    freed = lease_object("l", "ns", LeaseRecord(holder=None, duration_s=1.0), None)
+    assert "resourceVersion" not in freed["metadata"]
+    assert parse_lease(freed)[0] == LeaseRecord(holder=None, duration_s=1.0)
