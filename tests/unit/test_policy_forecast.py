@@ -211,3 +211,70 @@ def test_the_burst_level_decays_and_is_the_load_without_memory() -> None:
     for i, load in enumerate([30.0, 0.0]):
         plain = fc.observe(plain, load, STEP * i, STEP, 5, 0.9, 0.99, 3600.0)
     assert plain.level == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    counts=st.lists(
+        st.floats(min_value=0, max_value=1e12, allow_nan=False), min_size=fc.BINS, max_size=fc.BINS
+    ),
+    q1=st.floats(min_value=0.01, max_value=0.99),
+    q2=st.floats(min_value=0.01, max_value=0.99),
+)
+def test_the_one_scan_quantiles_are_the_cumulative_ones(
+    counts: list[float], q1: float, q2: float
+) -> None:
+    import itertools
+
+    cumulative = list(itertools.accumulate(counts))
+    expected = (fc.quantile(cumulative, q1), fc.quantile(cumulative, q2))
+    assert fc.quantiles(counts, q1, q2) == expected
+
+
+def _steady(policy: ScalingPolicySpec, load: float, replicas: int, steps: int) -> ScaleState:
+    state = ScaleState()
+    for i in range(steps):
+        now = 1_000.0 + STEP * i
+        _, state = evaluate(policy, _inputs(load, replicas, now), state, now)
+    return state
+
+
+def test_a_small_scale_down_merges_for_at_most_merge_seconds() -> None:
+    no_window = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=0))
+    reduce = EventReductionSpec(merge_seconds=60.0)
+    policy = msgspec.structs.replace(
+        _policy(forecast=True), behavior=no_window, event_reduction=reduce
+    )
+    state = _steady(policy, 200.0, 20, 30)
+    held = []
+    for i in range(30, 40):  # 190 asks 19 of 20: under the 10 % step, merged, then it happens
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(policy, _inputs(185.0, 20, now), state, now)
+        held.append(result.desired)
+        if result.desired < 20:
+            break
+    assert held[0] == 20 and held[-1] == 19
+    assert 60.0 <= STEP * (len(held) - 1) <= 60.0 + STEP
+    assert any("merged for" in r.detail for r in result.reasons)
+
+
+def test_the_tolerance_band_holds_only_for_merge_seconds_with_event_reduction() -> None:
+    no_window = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=0))
+    reduce = EventReductionSpec(merge_seconds=60.0)
+    policy = msgspec.structs.replace(
+        _policy(forecast=True), behavior=no_window, event_reduction=reduce
+    )
+    state = _steady(policy, 200.0, 20, 30)
+    # 192 is a ratio of 0.96 over 20 (inside the 0.1 tolerance) and needs 20; 186 needs 19.
+    out = []
+    for i in range(30, 40):
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(policy, _inputs(186.0, 20, now), state, now)
+        out.append(result.desired)
+    assert out[0] == 20 and out[-1] == 19
+    hpa = msgspec.structs.replace(policy, event_reduction=None)
+    state = _steady(hpa, 200.0, 20, 30)
+    for i in range(30, 40):
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(hpa, _inputs(186.0, 20, now), state, now)
+        assert result.desired == 20  # without event reduction the band holds for ever

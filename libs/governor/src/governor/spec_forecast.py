@@ -41,9 +41,16 @@ class EventReductionSpec(Spec):
     down_quantile: float = 0.99
     # A move removes (or, on the forecast alone, adds) at least this share of the replicas.
     min_step_percent: float = 10.0
+    # A smaller scale-down merges with the next ones for at most this long, then happens, and
+    # HPA's tolerance band holds a count above the need for at most this long (a held replica
+    # costs what HPA's scale-down window costs, no more). None: they wait for ever (fewer
+    # scale events, more replica-hours: docs/simulation.md measures both).
+    merge_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.down_quantile < 1:
             raise PolicyError("downQuantile", "must be in (0, 1)")
         if not 0 <= self.min_step_percent < 100:
             raise PolicyError("minStepPercent", "must be in [0, 100)")
+        if self.merge_seconds is not None and self.merge_seconds < 0:
+            raise PolicyError("mergeSeconds", "must be >= 0")

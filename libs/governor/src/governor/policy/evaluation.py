@@ -141,10 +141,11 @@ def metric_desired(
     return per_pod_replicas(current, value, target, tol)
 
 
-class Evaluation(msgspec.Struct):
+class Evaluation(msgspec.Struct, gc=False):
     """One evaluation in progress: what every step reads (the policy, the target, now) and
     what the metric steps found together. A msgspec Struct, built once per evaluation: a
-    dataclass's __init__ costs a visible share of one."""
+    dataclass's __init__ costs a visible share of one; `gc=False`: it refers to the policy and
+    to lists it owns, never to itself."""
 
     policy: ScalingPolicySpec
     c: Compiled
@@ -170,3 +171,8 @@ class Evaluation(msgspec.Struct):
     gate: int = -1  # the count a scale-down must not go under (event reduction)
     burst: bool = False  # the gate is the remembered burst level (the load collapsed from it)
     horizon: float = 0.0
+    # Event reduction on: the largest count a metric asks for without the tolerance band.
+    untolerated: int = -1
+    # A small scale-down held (merged) since: as of the last evaluation, and after this one.
+    merged_since: float | None = None
+    merge_since: float | None = None

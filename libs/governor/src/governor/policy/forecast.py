@@ -21,7 +21,6 @@ decision step; the state is a few hundred bytes (BINS floats, at most MAX_STEPS 
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 
 import msgspec
@@ -41,12 +40,13 @@ BURST_COLLAPSE = 0.25
 IDLE = 1.0
 
 
-class ForecastState(msgspec.Struct, array_like=True, frozen=True):
+class ForecastState(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One metric's forecaster. `loads`: the last samples (replica units), oldest first; `counts`:
     the growth histogram in weights that grow with time (`weight` is the next sample's), so
     forgetting costs nothing per step; `up`/`down`: the growth quantiles as of the last sample;
     `level`: the recent burst level (a peak that decays, see `observe`), `levels` its last
-    values, aligned with `loads`."""
+    values, aligned with `loads`. `gc=False`: floats and tuples of floats, never a cycle, so the
+    cyclic collector need not walk one per workload."""
 
     at: float = -math.inf
     loads: tuple[float, ...] = ()
@@ -77,6 +77,33 @@ def quantile(cumulative: list[float], q: float) -> float:
         return 1.0
     i = bisect.bisect_left(cumulative, q * total)
     return MAX_RATIO if i >= BINS else _EDGES[i]
+
+
+def quantiles(counts: list[float], q1: float, q2: float) -> tuple[float, float]:
+    """`quantile` of the cumulative counts at q1 and q2, without building the cumulative list:
+    one scan that stops at the higher bin (the same additions in the same order, so the same
+    floats as accumulate + bisect_left)."""
+    total = sum(counts)
+    if total <= 0:
+        return 1.0, 1.0
+    x1, x2 = q1 * total, q2 * total
+    i1 = i2 = -1
+    running = 0.0
+    for i, c in enumerate(counts):
+        running += c
+        if i1 < 0 and running >= x1:
+            i1 = i
+        if i2 < 0 and running >= x2:
+            i2 = i
+            if i1 >= 0:
+                break
+    else:  # the running sum can fall short of q × total by rounding: the last bin
+        i1 = i1 if i1 >= 0 else BINS
+        i2 = i2 if i2 >= 0 else BINS
+    return (
+        MAX_RATIO if i1 >= BINS else _EDGES[i1],
+        MAX_RATIO if i2 >= BINS else _EDGES[i2],
+    )
 
 
 def observe(
@@ -121,15 +148,15 @@ def observe(
         counts = [c / weight for c in counts]
         total /= weight
         weight = 1.0
-    cumulative = list(itertools.accumulate(counts))
+    up, down = quantiles(counts, up_q, down_q)
     return ForecastState(
         at=now,
         loads=loads,
         counts=tuple(counts),
         weight=weight,
         total=total,
-        up=quantile(cumulative, up_q),
-        down=quantile(cumulative, down_q),
+        up=up,
+        down=down,
         level=level,
         levels=levels,
     )

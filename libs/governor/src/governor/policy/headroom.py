@@ -92,14 +92,37 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
         return current
     least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
     if current - allowed < least:
-        detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
+        since = ev.now if ev.merged_since is None else ev.merged_since
+        if r.merge_seconds is None or ev.now - since < r.merge_seconds:
+            detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
+            if r.merge_seconds is not None:
+                ev.merge_since = since
+                detail += f" (or waits {r.merge_seconds:.4g} s, {ev.now - since:.4g} s so far)"
+            ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+            return current
+        detail = f"scale-down by {current - allowed}: merged for {ev.now - since:.4g} s"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
-        return current
     if allowed != desired:
         detail = f"scale-down to {allowed}, not {desired}: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
         return allowed
     return None
+
+
+def tolerance_merge(ev: Evaluation) -> int | None:
+    """HPA's tolerance band holds a count up to 10 % above what the load needs for as long as
+    the load stays in it: a hysteresis that costs replica-hours for ever. With event reduction
+    the band only holds for mergeSeconds; then the count drops to what the metrics ask without
+    it, under the same forecast gate and merge rules as any scale-down."""
+    current, r = ev.current, ev.c.reduce
+    assert r is not None
+    if r.merge_seconds is None:
+        return None
+    need = max(ev.untolerated, ev.floor, 1)
+    if need >= current:
+        return None
+    held = event_reduction(ev, need)
+    return need if held is None else held
 
 
 def _gate_why(ev: Evaluation) -> str:

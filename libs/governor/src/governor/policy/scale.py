@@ -55,6 +55,7 @@ from governor.policy.evaluation import ratio as _ratio
 from governor.policy.headroom import event_reduction as _event_reduction
 from governor.policy.headroom import forecast as _forecast
 from governor.policy.headroom import forecast_floor as _forecast_floor
+from governor.policy.headroom import tolerance_merge as _tolerance_merge
 from governor.policy.panic import PanicOutcome, panic_step
 from governor.policy.replicas import (
     raw_replicas,
@@ -153,6 +154,13 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     )  # fmt: skip
     if rule != "tolerance":
         ev.all_within = False
+    if ev.c.reduce is not None:
+        raw = (
+            raw_replicas(m.kind, current, ready, value, m.target)
+            if rule == "tolerance"
+            else desired
+        )
+        ev.untolerated = max(ev.untolerated, raw)
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
     if ev.c.forecast is not None:
         load = value / m.target if m.kind == "AverageValue" else ratio * current
@@ -386,7 +394,7 @@ def _damp(
         if floor is not None:
             desired, bound = floor, "forecast"
     if ev.c.reduce is not None:
-        held = _event_reduction(ev, desired)
+        held = _tolerance_merge(ev) if bound == "tolerance" else _event_reduction(ev, desired)
         if held is not None:
             desired, bound = held, "event_reduction"
     stabilized, history = _stabilization(ev, state, desired, step)
@@ -423,6 +431,7 @@ def evaluate(
         return _no_workload(inputs), state
     wl = inputs.workload
     ev = _Evaluation(policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [])
+    ev.merged_since = state.merge_since
     current = ev.current
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
@@ -463,7 +472,7 @@ def evaluate(
         events = record_event(events, now, desired - current, now, ev.c.behavior.event_horizon)
     next_state = ScaleState(
         history, events, panic[0], panic[1], failures, last_active,
-        desired if actionable else current, failing_since, panic[2], forecasts,
+        desired if actionable else current, failing_since, panic[2], forecasts, ev.merge_since,
     )  # fmt: skip
     result = ScaleResult(
         desired=desired, current=current, bound_by=bound, reasons=ev.reasons,

@@ -27,7 +27,7 @@ class ScaleInputs(msgspec.Struct, frozen=True):
     observations: dict[str, MetricObservation]
 
 
-class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
+class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     """Everything the policy remembers between evaluations (array_like keeps it small on the wire).
 
     recommendations: (time, replicas) pairs within the longest stabilization window, at most two
@@ -40,7 +40,12 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     expected_replicas: the replicas the previous evaluation left the target at (its decision);
     failing_since: when the current run of evaluations without fresh data began;
     panic_over_at: the last time the panic window was over the threshold (Knative's panicTime);
-    forecasts: per metric, the forecaster's state (policy/forecast.py), when forecast is on.
+    forecasts: per metric, the forecaster's state (policy/forecast.py), when forecast is on;
+    merge_since: since when a scale-down smaller than eventReduction's step (or held by the
+    tolerance band) has waited, so it happens after mergeSeconds (policy/headroom.py).
+
+    `gc=False`: lists of number pairs and acyclic structs, never a cycle (the cyclic collector
+    need not track one per workload; its lists still are).
     """
 
     recommendations: list[tuple[float, int]] = msgspec.field(default_factory=list)
@@ -53,9 +58,10 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True):
     failing_since: float | None = None
     panic_over_at: float | None = None
     forecasts: dict[str, ForecastState] | None = None
+    merge_since: float | None = None
 
 
-class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True):
+class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     desired: int
     current: int
     bound_by: Rule
