@@ -53,6 +53,19 @@ class Doubler:
         return Outputs(records=["tick"])
 
 
+def run(core: Doubler, batches: list[list[int]], **lanes: object) -> Log:
+    """`run_core` over `batches` until they are handed out; what the sinks and commits saw."""
+    log: Log = []
+    source = ListSource(batches, log)
+    out, ckpt = LogSink("out", log), LogSink("ckpt", log)
+
+    def stop() -> bool:
+        return not source.batches
+
+    asyncio.run(run_core(core, source, out, checkpoints=ckpt, until=stop, **lanes))  # type: ignore[arg-type]
+    return log
+
+
 def check_order(log: Log) -> None:
     """Every record after its checkpoint; every commit after the outputs of what it covers."""
     seen: set[object] = set()
@@ -73,43 +86,18 @@ def test_checkpoints_then_records_then_commit(sizes: list[int]) -> None:
     for size in sizes:
         batches.append(list(range(n, n + size)))
         n += size
-    log: Log = []
-    source = ListSource(batches, log)
-
-    async def go() -> None:
-        await run_core(
-            Doubler(),
-            source,
-            LogSink("out", log),
-            checkpoints=LogSink("ckpt", log),
-            until=lambda: not source.batches,
-        )
-
-    asyncio.run(go())
+    log = run(Doubler(), batches)
     check_order(log)
     assert [w for k, w in log if k == "out"] == [f"r{i}" for i in range(n)]
 
 
 def test_lanes_keep_each_key_in_order_and_commit_when_idle() -> None:
-    log: Log = []
-    source = ListSource([[0, 1, 2, 3], [4, 5]], log)
-
     class Slow(Doubler):
         async def on(self, record: int) -> Outputs[str]:  # type: ignore[override]
             await asyncio.sleep(0.01 * (record % 2))  # odd keys lag behind even ones
             return super().on(record)
 
-    async def go() -> None:
-        await run_core(
-            Slow(),
-            source,
-            LogSink("out", log),
-            checkpoints=LogSink("ckpt", log),
-            until=lambda: not source.batches,
-            lanes=lambda r: str(r % 2),
-        )
-
-    asyncio.run(go())
+    log = run(Slow(), [[0, 1, 2, 3], [4, 5]], lanes=lambda r: str(r % 2))
     check_order(log)
     outs = [w for k, w in log if k == "out"]
     assert [o for o in outs if int(o[1:]) % 2 == 0] == ["r0", "r2", "r4"]
