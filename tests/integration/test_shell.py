@@ -89,7 +89,7 @@ async def test_an_actuation_sent_while_the_broker_is_down_arrives_when_it_is_bac
 
     def retries() -> float:
         labels = {"topic": aout.name}
-        return REGISTRY.get_sample_value("governor_shell_emit_retries_total", labels) or 0.0
+        return REGISTRY.get_sample_value("governor_bus_emit_retries_total", labels) or 0.0
 
     before = retries()
     sent: list[Any] = []

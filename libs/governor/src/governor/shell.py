@@ -12,7 +12,7 @@ A service is settings, metrics and a `run_core(core, inputs, outputs, tick_s)` c
 The order is the rule: a step's checkpoints are acknowledged before its records go out, and the
 input is committed only after both, so a crash anywhere redelivers rather than loses. A sink
 never gives up: `KafkaSink` retries a send with capped backoff (a log line and
-`governor_shell_emit_retries` per retry) until the broker acknowledges it, and the commit waits.
+`governor_bus_emit_retries` per retry) until the broker acknowledges it, and the commit waits.
 
 `lanes` runs the records of different keys concurrently (one sequential lane per key, at most
 `max_in_flight` queued), committing whenever the lanes are idle and at least every
@@ -45,7 +45,7 @@ Out = TypeVar("Out")
 Out_contra = TypeVar("Out_contra", contravariant=True)
 
 EMIT_RETRIES = Counter(
-    "governor_shell_emit_retries",
+    "governor_bus_emit_retries",
     "Sends a sink retried because the broker did not acknowledge them, by topic.",
     ["topic"],
 )
