@@ -25,6 +25,7 @@ from governor.bus import (
     Producer,
     codec_for,
     read_table,
+    topic_partitions,
 )
 from governor.topics import describe_topics, ensure_topics
 from tests.fixtures.kafka import KafkaBroker
@@ -569,3 +570,17 @@ async def test_poll_and_commit_and_batches_dead_letter_only_the_failing_message(
     assert dead_letters(t.name, "handler") - before == 1
     (dead,) = await read_raw(kafka_bootstrap, t.dlq, 1)
     assert dict(dead.headers)[H_DLQ_OFFSET] == b"13"
+
+
+async def test_topic_partitions_of_a_topic_created_after_the_consumer_started(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await c.start()
+    try:
+        t = renamed(events.ACTUATIONS, f"test.parts.{unique_suffix}", partitions=3)
+        await ensure_topics(kafka_bootstrap, [t])
+        assert not c.partitions_for_topic(t.name)  # the consumer's metadata predates the topic
+        assert await topic_partitions(c, t.name, kafka_bootstrap, None) == {0, 1, 2}
+    finally:
+        await c.stop()

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = [
     "governor.bus",
+    "governor.shell",  # its sinks' retries (governor_bus_emit_retries)
     "governor_collector.metrics",
     "governor_collector.cluster.model",
     "governor.reflector",  # the cluster collector's watches (governor_collector_cluster_watch_*)

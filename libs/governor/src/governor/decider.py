@@ -51,6 +51,7 @@ from governor import shadow as sh
 from governor.decider_memory import DECISION_PREFIX as DECISION_PREFIX
 from governor.decider_memory import POOL_PREFIX as POOL_PREFIX
 from governor.decider_memory import Memory, Outputs, PoolMemory, Stage1View
+from governor.decider_tick import due_by_time
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -572,8 +573,8 @@ class DeciderCore:
         return out
 
     def tick(self, now: float) -> Iterable[tuple[str, Outputs]]:
-        """Every workload's stage 1 (and bounds-only decision), then each pool's stage 2."""
-        for workload in sorted(self.policies):
+        """Every due workload's stage 1 (`due_by_time`), then each pool's stage 2."""
+        for workload in due_by_time(self):
             yield workload, self.decide(workload, now)
         for pool in self.inventory_pools():
             yield pool_key(pool), self.decide_pool(pool, now)

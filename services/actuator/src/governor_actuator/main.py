@@ -2,10 +2,11 @@
 
     governor-actuator [--config FILE]      (or GOVERNOR_ACTUATOR_CONFIG=FILE)
 
-Decisions go to one lane per workload: a workload's decisions run in offset order, different
-workloads concurrently, and the reader keeps polling while lanes work (at most `max_in_flight`
-decisions queued). Offsets are committed only when every polled decision was handled and its
-Actuation acknowledged by Kafka: whenever the lanes are idle, and at least every
+The loop is `governor.shell.run_core` with lanes: a workload's decisions run in offset order,
+different workloads concurrently, and the reader keeps polling while lanes work (at most
+`max_in_flight` decisions queued). Offsets are committed only when every polled decision was
+handled and its Actuation acknowledged by Kafka (a send that fails is retried until the broker
+takes it: the audit record is never dropped): whenever the lanes are idle, and at least every
 `commit_interval_seconds` (the reader pauses until the lanes drain). At-least-once: a crash
 redelivers, and the fence refuses replays as stale. ScalingPolicy status and Events are written
 by background writers, off the decision's path.
@@ -19,15 +20,14 @@ import asyncio
 import dataclasses
 import logging
 import signal
-import time
-from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from governor import bus
+from governor.cores import Outputs
 from governor.entry import service_settings
 from governor.events import ACTUATIONS, DECISIONS, Actuation, ScaleDecision, Topic
 from governor.kube import Kube, KubeError, connect
+from governor.shell import KafkaSink, run_core
 from governor.telemetry import HealthServer, configure_logging
 from governor_actuator.actuator import Actuator
 from governor_actuator.config import PREFIX, ActuatorSettings
@@ -35,43 +35,25 @@ from governor_actuator.config import PREFIX, ActuatorSettings
 log = logging.getLogger("governor.actuator")
 
 
-class Lanes:
-    """One sequential lane per workload; lanes run concurrently; at most `limit` queued."""
+class Actuate:
+    """The actuator as a `run_core` core: a decision in, its Actuation out (`Actuator.handle`
+    makes the reads `governor.cores.actuator.decide` asks for, then the patch)."""
 
-    def __init__(self, work: Callable[[ScaleDecision], Awaitable[None]], limit: int) -> None:
-        self._work = work
-        self._room = asyncio.Semaphore(limit)
-        self._queues: dict[str, deque[ScaleDecision]] = {}
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self.in_flight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
+    def __init__(self, actuator: Actuator) -> None:
+        self.actuator = actuator
 
-    async def submit(self, decision: ScaleDecision) -> None:
-        await self._room.acquire()
-        self.in_flight += 1
-        self.idle.clear()
-        key = decision.workload
-        self._queues.setdefault(key, deque()).append(decision)
-        if key not in self._tasks:
-            self._tasks[key] = asyncio.create_task(self._drain(key))
+    async def on(self, m: bus.Message[ScaleDecision]) -> Outputs[Actuation]:
+        if m.value is None:
+            return Outputs()
+        return Outputs(records=[await self.actuator.handle(m.value)])
 
-    async def _drain(self, key: str) -> None:
-        queue = self._queues[key]
-        try:
-            while queue:
-                decision = queue.popleft()
-                try:
-                    await self._work(decision)
-                except Exception:
-                    log.exception("lane %s: %s failed", key, decision.decision_id)
-                finally:
-                    self.in_flight -= 1
-                    self._room.release()
-                    if self.in_flight == 0:
-                        self.idle.set()
-        finally:
-            del self._tasks[key], self._queues[key]
+    def tick(self, now: float) -> Outputs[Actuation]:
+        return Outputs()
+
+
+def lane_of(m: bus.Message[ScaleDecision]) -> str:
+    """A workload's decisions run in offset order, different workloads concurrently."""
+    return m.value.workload if m.value is not None else ""
 
 
 class Service:
@@ -91,7 +73,6 @@ class Service:
         self.consumer: bus.Consumer | None = None
         self.health: HealthServer | None = None
         self._kube_ok = False
-        self.lanes = Lanes(self._actuate, settings.max_in_flight)
         self._stopping = False
         self._stopped = asyncio.Event()
 
@@ -141,24 +122,6 @@ class Service:
             port,
         )
 
-    async def _actuate(self, decision: ScaleDecision) -> None:
-        """One decision: Kubernetes, then its Actuation record, acknowledged by Kafka."""
-        assert self.actuator is not None and self.producer is not None
-        actuation = await self.actuator.handle(decision)
-        for attempt in range(1, 6):
-            try:
-                await self.producer.send(self.actuations, actuation)
-                return
-            except Exception as e:  # the broker is away: retry, then say so loudly
-                log.error(
-                    "actuation record for %s not acknowledged (%s), attempt %d",
-                    decision.decision_id,
-                    e,
-                    attempt,
-                    extra={"workload": decision.workload, "decision_id": decision.decision_id},
-                )
-                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
-
     async def _watch_kube(self, kube: Kube, every_s: float = 10.0) -> None:
         """Readiness follows the API server: GET /version every `every_s`."""
         while True:
@@ -176,23 +139,18 @@ class Service:
     async def run(self) -> None:
         """Poll into the lanes and commit what they finished, until `request_stop()`."""
         assert self.consumer is not None and self.actuator is not None
+        assert self.producer is not None
         watcher = asyncio.create_task(self._watch_kube(self.actuator.kube))
-        interval = self.settings.commit_interval_seconds
-        last_commit, uncommitted = time.monotonic(), False
         try:
-            while not self._stopping:
-                if uncommitted and time.monotonic() - last_commit > interval:
-                    await self.lanes.idle.wait()  # pause reading so the commit can catch up
-                if uncommitted and self.lanes.idle.is_set():
-                    await self.consumer.commit()
-                    last_commit, uncommitted = time.monotonic(), False
-                messages = await self.consumer.poll(timeout_ms=100)
-                for m in messages:
-                    if m.value is not None:
-                        await self.lanes.submit(m.value)
-                uncommitted = uncommitted or bool(messages)
-            await self.lanes.idle.wait()
-            await self.consumer.commit()
+            await run_core(
+                Actuate(self.actuator),
+                self.consumer,
+                KafkaSink(self.producer, self.actuations),
+                until=lambda: self._stopping,
+                lanes=lane_of,
+                max_in_flight=self.settings.max_in_flight,
+                commit_every_s=self.settings.commit_interval_seconds,
+            )
         finally:
             watcher.cancel()
             self._stopped.set()

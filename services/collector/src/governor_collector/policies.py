@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError
 from tenacity import RetryError
 
 from governor import retry
-from governor.bus import codec_for
+from governor.bus import codec_for, topic_partitions
 from governor.events import POLICIES, PolicyRecord, Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 from governor.spec import ScalingPolicy
@@ -108,10 +108,7 @@ class PolicyTable:
         )
         try:
             await c.start()
-            parts = c.partitions_for_topic(self.topic.name)
-            if not parts:
-                await c._client._wait_on_metadata(self.topic.name)
-                parts = c.partitions_for_topic(self.topic.name)
+            parts = await topic_partitions(c, self.topic.name, self.bootstrap, self.security)
             if not parts:
                 raise KafkaError(f"topic {self.topic.name} has no partitions")
             tps = [TopicPartition(self.topic.name, p) for p in sorted(parts)]

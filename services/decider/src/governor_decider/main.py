@@ -40,6 +40,7 @@ from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
 from governor.decider import DeciderCore, Outputs
 from governor.decider_memory import restoring_stages
+from governor.decider_tick import due_by_time
 from governor.entry import service_settings
 from governor.ownership import Ownership
 from governor.settings import KafkaSettings
@@ -325,27 +326,19 @@ class Decider:
             async with self._lock:
                 now = time.time()
                 stage1 = self.stage1
-                # Only workloads whose load this instance consumes: their partitions are ours.
-                # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
-                pools = set(stage1.inventory_pools())
-                members = {w for w, p in stage1.policies.items() if p.spec.pool in pools}
-                # A workload its load evaluated within the last tick is not evaluated again (at
-                # 1 sample/s that is nearly every one): time still moves for each workload at
-                # least every two ticks, for staleness, fallback, cooldowns and panic exit.
+                # Only workloads whose load this instance consumes (their partitions are ours),
+                # and not those its load evaluated within the last tick (at 1 sample/s nearly
+                # every one), plus every member of a pool with inventory (stage 2 needs a pool's
+                # whole set): the rule `DeciderCore.tick` uses too (`due_by_time`).
                 recent = now - self.s.tick_seconds
-                owns = stage1.ownership.owns_workload
-                due = [
-                    w
-                    for w in sorted(set(stage1.windows) | members)
-                    if self._evaluated.get(w, -math.inf) < recent and owns(w)
-                ]
+                due = due_by_time(stage1, recent, self._evaluated)
                 await self._decide_all(due, now, "tick", stage1)
                 # Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure
                 # changes its allocation). A bounds-only request not taken up is sent again on the
                 # next recommendation after `pending_grace` (stage 1 republishes at least every
                 # `republish_seconds`), on input as fresh as stage 1's.
                 owned = self.stage2.ownership.owns_pool
-                for pool in sorted(pools):
+                for pool in stage1.inventory_pools():
                     if owned(pool):
                         await self._decide_pool(pool, now, "tick")
             consumer_lag(self.load)

@@ -81,9 +81,10 @@ from governor.bus.codec import (
 from governor.bus.connect import (
     DEFAULT_BOOTSTRAP,
     BusUnavailable,
-    connected,
+    Liveness,
     default_bootstrap,
     start_client,
+    topic_partitions,
 )
 from governor.bus.consumer import (
     CONSUMED,
@@ -119,15 +120,16 @@ __all__ = [
     "Decoder",
     "DlqReason",
     "Handler",
+    "Liveness",
     "Message",
     "PartitionsHook",
     "Producer",
     "codec_for",
-    "connected",
     "consumer_lag",
     "default_bootstrap",
     "read_table",
     "record_consumer_lag",
     "records_to_end",
     "start_client",
+    "topic_partitions",
 ]

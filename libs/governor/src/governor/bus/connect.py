@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
 from tenacity import RetryError
 
 from governor import retry
+from governor.kafka_security import KafkaSecurity, aiokafka_options
 
 log = logging.getLogger("governor.bus")
 
@@ -75,9 +77,72 @@ async def start_client(
     return client
 
 
-def connected(client: Any) -> bool:
-    """Whether aiokafka holds a live connection to some broker (best effort, private API)."""
+class Liveness:
+    """Whether a client heard from a broker lately, on aiokafka's public API only.
+
+    `ok()` marks an answered request (an ack, a fetch); `run(probe)` (a task for the client's
+    life) asks the broker once (`probe`: one metadata request) whenever nothing answered for
+    `every_s`, so an idle client stays fresh and a client whose brokers went away goes stale
+    `stale_s` after its last answer."""
+
+    def __init__(self, every_s: float = 10.0, stale_s: float = 30.0) -> None:
+        self.every_s, self.stale_s = every_s, stale_s
+        self._last_ok = time.monotonic()
+
+    def ok(self) -> None:
+        self._last_ok = time.monotonic()
+
+    @property
+    def fresh(self) -> bool:
+        return time.monotonic() - self._last_ok < self.stale_s
+
+    async def run(self, probe: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await asyncio.sleep(max(0.0, self._last_ok + self.every_s - time.monotonic()))
+            if time.monotonic() - self._last_ok < self.every_s:
+                continue
+            try:
+                await asyncio.wait_for(probe(), self.every_s)
+            except (KafkaError, OSError, TimeoutError) as e:
+                log.debug("broker probe failed: %s: %s", type(e).__name__, e)
+                await asyncio.sleep(self.every_s)
+            else:
+                self.ok()
+
+
+async def topic_partitions(
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    bootstrap: str,
+    security: KafkaSecurity | None,
+    timeout_s: float = 40.0,
+) -> set[int]:
+    """The partitions of `topic`: from the consumer's metadata, else (a topic created since the
+    consumer started) from the broker through an admin client, retried until `timeout_s`; then
+    `UnknownTopicOrPartitionError`."""
+    parts = consumer.partitions_for_topic(topic)
+    if parts:
+        return set(parts)
+
+    def make() -> AIOKafkaAdminClient:
+        return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **aiokafka_options(security))
+
+    admin = await start_client(make, "admin", bootstrap, timeout_s)
+    deadline = time.monotonic() + timeout_s
+
+    async def once() -> set[int]:
+        (meta,) = await admin.describe_topics([topic])
+        found = {p["partition"] for p in meta.get("partitions") or ()}
+        if not found:
+            raise UnknownTopicOrPartitionError(f"topic {topic} has no partitions yet")
+        return found
+
     try:
-        return any(conn.connected() for conn in client._conns.values())
-    except Exception:  # pragma: no cover - aiokafka internals moved
-        return True
+        return await retry.retrying(
+            on=KafkaError, first_s=0.1, max_s=1.0, deadline=deadline, log=log, what=topic
+        )(once)
+    except RetryError as e:
+        err = f"topic {topic}: no partitions in {timeout_s:.0f}s"
+        raise UnknownTopicOrPartitionError(err) from e
+    finally:
+        await admin.close()

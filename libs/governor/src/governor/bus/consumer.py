@@ -24,7 +24,7 @@ from governor.bus.codec import (
     DlqReason,
     Message,
 )
-from governor.bus.connect import connected, default_bootstrap, start_client
+from governor.bus.connect import Liveness, default_bootstrap, start_client, topic_partitions
 from governor.bus.producer import Producer
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
@@ -130,8 +130,13 @@ class Consumer:
         # next offset to commit per partition: everything before it was processed (or DLQ'd)
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
+        # the first offset handed out per partition: where handling starts (for the lag while
+        # nothing was processed there yet)
+        self._first_fetched: dict[TopicPartition, int] = {}
         self._stopping = False
         self._running: asyncio.Event | None = None
+        self._liveness = Liveness()
+        self._probe: asyncio.Task[None] | None = None
 
     # lifecycle
 
@@ -154,22 +159,21 @@ class Consumer:
         if self.group_id is None:
             tps = []
             for name in names:
-                parts = consumer.partitions_for_topic(name)
-                if not parts:
-                    await consumer._client._wait_on_metadata(name)
-                    parts = consumer.partitions_for_topic(name) or set()
+                parts = await topic_partitions(consumer, name, self.bootstrap, self.security)
                 tps += [TopicPartition(name, p) for p in sorted(parts)]
             consumer.assign(tps)
         else:
             consumer.subscribe(names, listener=_Revoker(self))
         self._consumer = consumer
         self._stopping = False
+        self._liveness = Liveness()
+        self._probe = asyncio.create_task(self._liveness.run(consumer.topics), name="bus probe")
 
     @property
     def ready(self) -> bool:
-        """Started, not stopping, and connected to a broker."""
+        """Started, not stopping, and a broker answered (records, a metadata probe) lately."""
         c = self._consumer
-        return c is not None and not self._stopping and connected(c._client)
+        return c is not None and not self._stopping and self._liveness.fresh
 
     def request_stop(self) -> None:
         """Ask `run()`/`run_batches()` to return after the message (batch) in hand; what was
@@ -181,6 +185,9 @@ class Consumer:
         self._stopping = True
         if self._running is not None:
             await self._running.wait()
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
         c, self._consumer = self._consumer, None
         try:
             if c is not None:
@@ -252,6 +259,7 @@ class Consumer:
         for tp in tps:
             self._processed.pop(tp, None)
             self._committed.pop(tp, None)
+            self._first_fetched.pop(tp, None)
 
     # dead letters
 
@@ -290,6 +298,11 @@ class Consumer:
     async def _fetch(self, timeout_ms: int) -> list[tuple[TopicPartition, list[Any]]]:
         c = self._c()
         batches = await c.getmany(timeout_ms=timeout_ms)
+        if batches:  # records came from a broker (an empty answer proves nothing: no raise)
+            self._liveness.ok()
+        for tp, records in batches.items():
+            if records:
+                self._first_fetched.setdefault(tp, records[0].offset)
         return list(batches.items())
 
     async def _decode_partition(self, tp: TopicPartition, records: list[Any]) -> list[Message[Any]]:

@@ -41,21 +41,14 @@ def record_consumer_lag(
 
 def consumer_lag(consumer: Consumer) -> dict[str, int]:
     """`record_consumer_lag` for a bus Consumer: end = the last stable offset of the latest fetch,
-    position = the next offset not yet handled (else the fetch position). Call it periodically
-    (the decider does on every tick); cheap, no request to the broker."""
+    position = the next offset not yet handled (else the first offset handed out; a partition
+    none of whose records was handed out yet counts 0). Call it periodically (the decider does
+    on every tick); cheap, no request to the broker."""
     c = consumer._consumer
     if c is None:
         return {}
     assigned = c.assignment()
     ends = {tp: c.last_stable_offset(tp) for tp in assigned}
-    done: dict[TopicPartition, int | None] = {}
-    for tp in assigned:
-        pos = consumer._processed.get(tp)
-        if pos is None:
-            try:  # the fetch position (private API; None while an offset reset is pending)
-                pos = c._subscription.subscription.assignment.state_value(tp).position
-            except Exception:  # pragma: no cover - aiokafka internals moved
-                pos = None
-        done[tp] = pos
+    done = {tp: consumer._processed.get(tp, consumer._first_fetched.get(tp)) for tp in assigned}
     group = consumer.group_id or str(consumer._options["client_id"])
     return record_consumer_lag(group, [t.name for t in consumer.topics], ends, done)

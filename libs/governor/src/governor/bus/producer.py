@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
@@ -11,7 +10,7 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 
 from governor.bus.codec import codec_for
-from governor.bus.connect import connected, default_bootstrap, start_client
+from governor.bus.connect import Liveness, default_bootstrap, start_client
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 
@@ -52,7 +51,8 @@ class Producer:
         self._start_timeout_s = start_timeout_s
         self._producer: AIOKafkaProducer | None = None
         self._stopped = False
-        self._last_ok = 0.0
+        self._liveness = Liveness()
+        self._probe: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self._producer is not None:
@@ -64,15 +64,19 @@ class Producer:
             self._start_timeout_s,
         )
         self._stopped = False
-        self._last_ok = time.monotonic()
+        self._liveness = Liveness()
+        client = self._producer.client
+        self._probe = asyncio.create_task(
+            self._liveness.run(client.fetch_all_metadata), name="bus probe"
+        )
 
     @property
     def ready(self) -> bool:
-        """Started, not stopped, and connected to a broker (or acked a send in the last 30 s)."""
+        """Started, not stopped, and a broker answered (an ack, a metadata probe) lately."""
         p = self._producer
         if p is None or self._stopped:
             return False
-        return connected(p.client) or time.monotonic() - self._last_ok < 30
+        return self._liveness.fresh
 
     def _p(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -93,7 +97,7 @@ class Producer:
     async def send(self, topic: Topic[T], value: T) -> Any:
         """Send and wait for the broker's ack (all in-sync replicas). Returns RecordMetadata."""
         meta = await (await self.publish(topic, value))
-        self._last_ok = time.monotonic()
+        self._liveness.ok()
         return meta
 
     async def wait(self, acks: Iterable[Awaitable[Any] | None]) -> list[Any]:
@@ -104,7 +108,7 @@ class Producer:
         if not pending:
             return []
         metas = await asyncio.gather(*pending)
-        self._last_ok = time.monotonic()
+        self._liveness.ok()
         return metas
 
     async def tombstone(self, topic: Topic[Any], key: str) -> Any:
@@ -115,7 +119,7 @@ class Producer:
             topic.name, None, key=key.encode(), headers=codec_for(topic).header_list
         )
         meta = await fut
-        self._last_ok = time.monotonic()
+        self._liveness.ok()
         return meta
 
     async def send_raw(
@@ -140,12 +144,15 @@ class Producer:
     async def flush(self) -> None:
         if self._producer is not None:
             await self._producer.flush()
-            self._last_ok = time.monotonic()
+            self._liveness.ok()
 
     async def stop(self) -> None:
         """Flush what is queued, then close."""
         p, self._producer = self._producer, None
         self._stopped = True
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
         if p is not None:
             try:
                 await p.flush()

@@ -12,7 +12,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from governor.bus.codec import DeadLetter, Decoder
-from governor.bus.connect import default_bootstrap, start_client
+from governor.bus.connect import default_bootstrap, start_client, topic_partitions
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 
@@ -70,10 +70,7 @@ async def read_table(
 
     c = await start_client(make, "table reader", bootstrap, start_timeout_s)
     try:
-        parts = c.partitions_for_topic(topic.name)
-        if not parts:
-            await c._client._wait_on_metadata(topic.name)
-            parts = c.partitions_for_topic(topic.name) or set()
+        parts = await topic_partitions(c, topic.name, bootstrap, security)
         tps = [TopicPartition(topic.name, p) for p in sorted(parts)]
         c.assign(tps)
         await c.seek_to_beginning(*tps)

@@ -1,0 +1,105 @@
+"""governor.shell.run_core: checkpoints acknowledged before records, the input committed after
+both; lanes keep each key in order and commit when idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor.cores import Outputs
+from governor.shell import run_core
+
+Log = list[tuple[str, object]]
+
+
+class ListSource:
+    """Batches handed out in order; `commit` logs how many records were handed out so far."""
+
+    def __init__(self, batches: list[list[int]], log: Log) -> None:
+        self.batches, self.log, self.handed = list(batches), log, 0
+
+    async def poll(self, timeout_ms: int) -> Sequence[int]:
+        await asyncio.sleep(0)
+        batch = self.batches.pop(0) if self.batches else []
+        self.handed += len(batch)
+        return batch
+
+    async def commit(self) -> None:
+        self.log.append(("commit", self.handed))
+
+
+class LogSink:
+    """Acknowledges at once, logging each item under its name (the order is what is tested; a
+    real sink's retries are tests/integration/test_shell.py's)."""
+
+    def __init__(self, name: str, log: Log) -> None:
+        self.name, self.log = name, log
+
+    async def put(self, items: Sequence[str]) -> None:
+        for item in items:
+            self.log.append((self.name, item))
+
+
+class Doubler:
+    """Each record: a checkpoint `c<r>` and a record `r<r>`; each tick: a record `tick`."""
+
+    def on(self, record: int) -> Outputs[str]:
+        return Outputs(checkpoints=[f"c{record}"], records=[f"r{record}"])
+
+    def tick(self, now: float) -> Outputs[str]:
+        return Outputs(records=["tick"])
+
+
+def run(core: Doubler, batches: list[list[int]], **lanes: object) -> Log:
+    """`run_core` over `batches` until they are handed out; what the sinks and commits saw."""
+    log: Log = []
+    source = ListSource(batches, log)
+    out, ckpt = LogSink("out", log), LogSink("ckpt", log)
+
+    def stop() -> bool:
+        return not source.batches
+
+    asyncio.run(run_core(core, source, out, checkpoints=ckpt, until=stop, **lanes))  # type: ignore[arg-type]
+    return log
+
+
+def check_order(log: Log) -> None:
+    """Every record after its checkpoint; every commit after the outputs of what it covers."""
+    seen: set[object] = set()
+    for kind, what in log:
+        if kind == "out" and isinstance(what, str) and what.startswith("r"):
+            assert ("ckpt", "c" + what[1:]) in seen, f"{what} before its checkpoint"
+        if kind == "commit":
+            assert isinstance(what, int)
+            for r in range(what):
+                assert ("out", f"r{r}") in seen, f"commit of {what} before r{r} was out"
+        seen.add((kind, what))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=8))
+def test_checkpoints_then_records_then_commit(sizes: list[int]) -> None:
+    n, batches = 0, []
+    for size in sizes:
+        batches.append(list(range(n, n + size)))
+        n += size
+    log = run(Doubler(), batches)
+    check_order(log)
+    assert [w for k, w in log if k == "out"] == [f"r{i}" for i in range(n)]
+
+
+def test_lanes_keep_each_key_in_order_and_commit_when_idle() -> None:
+    class Slow(Doubler):
+        async def on(self, record: int) -> Outputs[str]:  # type: ignore[override]
+            await asyncio.sleep(0.01 * (record % 2))  # odd keys lag behind even ones
+            return super().on(record)
+
+    log = run(Slow(), [[0, 1, 2, 3], [4, 5]], lanes=lambda r: str(r % 2))
+    check_order(log)
+    outs = [w for k, w in log if k == "out"]
+    assert [o for o in outs if int(o[1:]) % 2 == 0] == ["r0", "r2", "r4"]
+    assert [o for o in outs if int(o[1:]) % 2 == 1] == ["r1", "r3", "r5"]
+    assert log[-1] == ("commit", 6)
