@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from governor.kube import Kube
+from governor_tools.toxiproxy import Toxiproxy
 from tests.integration.test_cluster_state import (  # the same cluster, namespace and topics
     Env,
     TopicLog,
@@ -30,11 +33,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 LEASE_S, RENEW_S, RETRY_S = 4.0, 3.0, 0.5
 
 
-def collector(e: Env, lease: str, identity: str, tmp_path: Path) -> Service:
+def collector(
+    e: Env, lease: str, identity: str, tmp_path: Path, kubeconfig: str | None = None
+) -> Service:
     port = free_port()
     values = {
         "BOOTSTRAP": e.bootstrap,
-        "KUBECONFIG": e.kubeconfig,
+        "KUBECONFIG": kubeconfig or e.kubeconfig,
         "POLICIES_TOPIC": e.topics["policies"],
         "WORKLOADS_TOPIC": e.topics["workloads"],
         "CLUSTER_TOPIC": e.topics["cluster"],
@@ -145,3 +150,72 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
     finally:
         for s in services:
             s.stop()
+
+
+def proxied_kubeconfig(e: Env, listen: str, tmp_path: Path) -> tuple[str, str]:
+    """A copy of the admin kubeconfig whose server is `listen`; returns (path, upstream)."""
+    doc = yaml.safe_load(Path(e.kubeconfig).read_text())
+    cluster = doc["clusters"][0]["cluster"]
+    upstream = cluster["server"].removeprefix("https://")
+    cluster["server"] = f"https://{listen}"  # the serving cert names 127.0.0.1, not a port
+    path = tmp_path / "proxied.kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path), upstream
+
+
+class Sampler:
+    """Both collectors' leader gauges, read over and over in a thread."""
+
+    def __init__(self, a: Service, b: Service) -> None:
+        self.a, self.b = a, b
+        self.samples: list[tuple[bool, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((leads(self.a), leads(self.b)))
+            time.sleep(0.05)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+async def test_a_leader_partitioned_from_the_api_server_steps_down_before_the_other_leads(
+    env: Env,  # noqa: F811 (the fixture imported above)
+    toxiproxy: Toxiproxy,
+    tmp_path: Path,
+) -> None:
+    e = env
+    lease = f"partition-{e.suffix}"
+    listen = f"127.0.0.1:{free_port()}"
+    kubeconfig, upstream = proxied_kubeconfig(e, listen, tmp_path)
+    proxy = f"kube-{e.suffix}"
+    await toxiproxy.create(proxy, listen=listen, upstream=upstream)
+    a = collector(e, lease, "collector-a", tmp_path, kubeconfig)  # behind the proxy
+    b = collector(e, lease, "collector-b", tmp_path)
+    try:
+        await asyncio.to_thread(a.start)
+        await wait_for(lambda: leads(a), 30, "the proxied collector to lead")
+        await asyncio.to_thread(b.start)
+        before = published(a)
+        with Sampler(a, b) as sampled:
+            await toxiproxy.partition(proxy)
+            await wait_for(lambda: leads(b), LEASE_S + RENEW_S + 15, "the other to take over")
+            await toxiproxy.heal(proxy)
+            await asyncio.sleep(4 * RETRY_S)  # the healed one reads the Lease: b holds it
+        assert leads(b) and not leads(a)
+        both = [i for i, (x, y) in enumerate(sampled.samples) if x and y]
+        assert not both, f"both led at samples {both[:5]} of {len(sampled.samples)}"
+        assert any(not x and not y for x, y in sampled.samples), "no gap between the two leaders"
+        api = await add_workload(e.kube, e, "api")
+        await wait_for(has(api, e), 30, "the new leader's WorkloadState for api")
+        assert published(a) == before, "the partitioned collector published after it lost"
+    finally:
+        a.stop()
+        b.stop()

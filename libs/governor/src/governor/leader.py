@@ -124,6 +124,7 @@ class LeaseElector:
         self.became_leader = asyncio.Event()
         self._was_leader = False
         self._wait = Backoff(retry_period_s, retry_period_s, jitter=0.2)
+        self._deadline: asyncio.TimerHandle | None = None
 
     @property
     def leader(self) -> bool:
@@ -156,6 +157,8 @@ class LeaseElector:
                 await self.try_once()
                 await asyncio.sleep(self._wait.jittered(1))
         finally:
+            if self._deadline is not None:
+                self._deadline.cancel()
             was = self.leader
             self.state = lost(self.state)
             self._notify()
@@ -207,6 +210,11 @@ class LeaseElector:
         self.state = wrote(
             observe(self.state, written, written_rv, self.clock(), self.identity), started
         )
+        # on_change(False) at the renew deadline itself, not when a hung call gives up
+        if self._deadline is not None:
+            self._deadline.cancel()
+        left = started + self.renew_deadline_s - self.clock()
+        self._deadline = asyncio.get_running_loop().call_later(max(0.0, left) + 0.01, self._notify)
 
     async def release(self) -> None:
         """Give the Lease up (holderIdentity emptied) if it is still ours."""
