@@ -66,6 +66,16 @@ from governor_decider.metrics import (
 
 log = logging.getLogger("governor.decider")
 
+# A cycle's records to publish, by topic name: (the topic, its values in order).
+Queued = dict[str, tuple[events.Topic[Any], list[Any]]]
+
+
+def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
+    held = queued.get(topic.name)
+    if held is None:
+        held = queued[topic.name] = (topic, [])
+    held[1].append(value)
+
 
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
@@ -403,9 +413,7 @@ class Decider:
 
     async def _flush(self) -> None:
         due = self.stage1.checkpoints_due(time.time())
-        await self.producer.wait(
-            [await self.producer.publish(events.DECIDER_STATE, cp) for cp in due]
-        )
+        await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
         self._flushed_at = time.monotonic()
 
     async def _decide(self, workload: str, now: float, trigger: str) -> None:
@@ -456,16 +464,19 @@ class Decider:
         returns when those are acknowledged too. One round trip or two per cycle, not one per
         workload."""
         producer = self.producer
-        await producer.wait(
-            [
-                await producer.publish(events.DECIDER_STATE, cp)
-                for _, out in outs
-                for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
-            ]
-        )
-        acks: list[asyncio.Future[Any] | None] = []
+        checkpoints = [
+            cp
+            for _, out in outs
+            for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
+        ]
+        await producer.wait(await producer.publish_many(events.DECIDER_STATE, checkpoints))
+        # Per topic, in one record batch per partition (Producer.publish_many).
+        queued: Queued = {}
         for workload, out in outs:
-            await self._publish(workload, out, acks)
+            self._publish(workload, out, queued)
+        acks = []
+        for topic, values in queued.values():
+            acks += await producer.publish_many(topic, values)
         await producer.wait(acks)
         if trigger == "tick":
             # Made due by time (a stabilization window or rate limit running out) on input
@@ -476,13 +487,11 @@ class Decider:
             if out.decision is not None:
                 LATENCY.observe(max(0.0, published - out.decision.newest_input))
 
-    async def _publish(
-        self, workload: str, out: Outputs, acks: list[asyncio.Future[Any] | None]
-    ) -> None:
+    def _publish(self, workload: str, out: Outputs, queued: Queued) -> None:
         """Queue one evaluation's recommendation and decision (its checkpoint is acknowledged)."""
         rec = out.recommendation
         if rec is not None:
-            acks.append(await self.producer.publish(self.recommendations_topic, rec))
+            _queue(queued, self.recommendations_topic, rec)
             child = self._child
             for kind, value in (
                 ("current", rec.current),
@@ -501,11 +510,11 @@ class Decider:
                 if observed is not None:
                     self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
         for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
-            acks.append(await self.producer.publish(events.SHADOW_DECISIONS, shadow))
+            _queue(queued, events.SHADOW_DECISIONS, shadow)
             self._child(SHADOW_REPLICAS, workload, shadow.policy).set(shadow.to_replicas)
         d = out.decision
         if d is not None:
-            acks.append(await self.producer.publish(self.decisions_topic, d))
+            _queue(queued, self.decisions_topic, d)
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
             direction = (
