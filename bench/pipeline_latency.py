@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
+from governor.decider_memory import DECISION_PREFIX
 from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
@@ -331,10 +332,12 @@ async def latency_run(
     rss = {k: rss_mib(v) for k, v in pids.items()}
     for s in (collector, *aggregators, *deciders):
         s.stop()
-    # Tombstones for this run's policies and workload states, acknowledged together: the next
-    # decider on this broker reads both tables in full when it starts.
+    # Tombstones for this run's policies, workload states and checkpoints (stage 1's, keyed by
+    # workload, and stage 2's), acknowledged together: the next decider on this broker reads
+    # the tables in full when it starts, and the checkpoints on every assignment.
     doomed = [(events.POLICIES, f"{ns}/w{i}") for i in range(n)]
     doomed += [(events.WORKLOADS, wl) for wl in workloads]
+    doomed += [(events.DECIDER_STATE, k) for wl in workloads for k in (wl, DECISION_PREFIX + wl)]
     await producer.wait(
         [
             await producer.send_raw(
