@@ -81,6 +81,7 @@ from governor.windows import (
     to_load_window,
 )
 from governor_aggregator.cli import PREFIX
+from governor_aggregator.table import MetricWindows, WorkloadTable, WorkloadWindows
 
 log = logging.getLogger("governor.aggregator")
 
@@ -132,22 +133,6 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
 
-
-class MetricWindows(msgspec.Struct, array_like=True):
-    """The windows of one (workload, metric) and the last source offset applied to them.
-
-    `offset` makes reprocessing idempotent: after a rebalance or a crash the new owner restores
-    this value from the changelog and skips every record at or below it (one workload lives in
-    one partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
-    """
-
-    offset: int
-    stable: SeriesWindows
-    panic: SeriesWindows
-
-
-# The table value of one workload: its series by metric.
-WorkloadWindows = dict[str, MetricWindows]
 
 _STATE_ENC = msgspec.msgpack.Encoder()
 _STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
@@ -538,6 +523,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         # be used to read the changelog back during recovery, so it must be raw everywhere.
         key_serializer="raw",
         value_serializer="raw",
+        Table=WorkloadTable,
     )
     agg = Aggregation(app, s)
 
