@@ -60,6 +60,7 @@ from governor.events import (
     Reason,
     Recommendation,
     ScaleDecision,
+    WindowView,
     WorkloadState,
 )
 from governor.ownership import Ownership
@@ -105,7 +106,9 @@ class DeciderCore:
     policies: dict[str, ScalingPolicy] = field(default_factory=dict)  # by workload id
     policy_keys: dict[str, str] = field(default_factory=dict)  # namespace/name -> workload id
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
-    windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
+    # The newest view of each series: a load message itself or one of the windows it carries
+    # (LoadWindow.more), as they came off the wire (no copy per window).
+    windows: dict[str, dict[WindowKey, WindowView]] = field(default_factory=dict)
     memory: dict[str, Memory] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
     _cap_memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]] = field(
@@ -168,6 +171,16 @@ class DeciderCore:
         key = (window.metric, window.window)
         if newer(series.get(key), window):
             series[key] = window
+
+    def on_load(self, message: LoadWindow) -> None:
+        """A load message: the same as `on_window` of each of `windows.views(message)`, without
+        building a LoadWindow per window it carries (the decider's hot path)."""
+        series = self.windows.setdefault(message.workload, {})
+        metric = message.metric
+        for view in (message, *message.more) if message.more else (message,):
+            key = (metric, view.window)
+            if newer(series.get(key), view):
+                series[key] = view
 
     def on_node(self, node: NodeState) -> None:
         """A node of the cluster table (topic governor.cluster): capacity, devices, health."""

@@ -391,7 +391,7 @@ def to_load_window(
     )
 
 
-def statistic(window: LoadWindow, aggregation: Aggregation) -> float | None:
+def statistic(window: WindowView, aggregation: Aggregation) -> float | None:
     """The number a policy scales on: the window's mean, max or p95 (None for an empty window)."""
     if window.count == 0:
         return None

@@ -296,9 +296,9 @@ class Decider:
                 value = msg.value
                 if isinstance(value, events.LoadWindow):
                     # One message per series carries several windows (LoadWindow.more).
-                    for window in views(value):
-                        stage1.on_window(window)
-                        if j1 is not None:
+                    stage1.on_load(value)
+                    if j1 is not None:
+                        for window in views(value):
                             j1.window(window)
                     load[value.workload] = None
                 elif isinstance(value, events.Recommendation):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from governor.events import LoadWindow, Reason, Recommendation, WindowKind, WorkloadState
+from governor.events import Reason, Recommendation, WindowKind, WindowView, WorkloadState
 from governor.policy.types import MetricObservation, ScaleResult
 from governor.spec import KafkaLagSource, ScalingPolicy, ScalingPolicySpec
 from governor.windows import statistic
@@ -19,7 +19,7 @@ from governor.windows import statistic
 WindowKey = tuple[str, WindowKind]  # (metric, window kind)
 
 
-def newer(a: LoadWindow | None, b: LoadWindow) -> bool:
+def newer(a: WindowView | None, b: WindowView) -> bool:
     """Whether `b` should replace `a` as the freshest view of its series.
 
     A later window wins; for the same window a closed one wins over a running estimate, and a
@@ -33,7 +33,7 @@ def newer(a: LoadWindow | None, b: LoadWindow) -> bool:
 
 
 def observe(
-    spec: ScalingPolicySpec, windows: Mapping[WindowKey, LoadWindow]
+    spec: ScalingPolicySpec, windows: Mapping[WindowKey, WindowView]
 ) -> dict[str, MetricObservation]:
     """What the policy sees of each of its metrics: the stable and panic windows' statistic."""
     out: dict[str, MetricObservation] = {}
@@ -56,7 +56,7 @@ def observe(
 PARTITIONS_SUFFIX = ".partitions"
 
 
-def partition_cap(spec: ScalingPolicySpec, windows: Mapping[WindowKey, LoadWindow]) -> int | None:
+def partition_cap(spec: ScalingPolicySpec, windows: Mapping[WindowKey, WindowView]) -> int | None:
     """The replicas a Kafka-lag consumer can use: its topic's partition count.
 
     The collector's `kafka_lag` source publishes `<metric>.partitions` beside the lag (KEDA caps
