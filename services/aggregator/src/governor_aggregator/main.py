@@ -70,7 +70,7 @@ from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
-from governor.telemetry import HealthServer, JsonFormatter
+from governor.telemetry import HealthServer, JsonFormatter, Tally
 from governor.windows import (
     SeriesWindows,
     WindowAcc,
@@ -247,6 +247,7 @@ class Aggregation:
         self.samples_late = SAMPLES.labels("late")
         self.samples_dup = SAMPLES.labels("duplicate")
         self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
+        self.tally = Tally()  # per workload and window counts, applied once per batch
 
     def new_series(self) -> MetricWindows:
         return MetricWindows(
@@ -322,6 +323,7 @@ class Aggregation:
         now = time.monotonic()
         for workload, items in by_workload.items():
             await self.fold(workload, items, now)
+        self.tally.flush()
 
     async def read(self, message: Any, parts: Partitions) -> list[events.MetricSample]:
         """The samples of one record to aggregate; dead-letters the rest."""
@@ -360,7 +362,7 @@ class Aggregation:
             series = state.get(metric) or self.new_series()
             fresh = [(off, smp) for off, smp in series_items if off > series.offset]
             if len(fresh) < len(series_items):
-                self.samples_dup.inc(len(series_items) - len(fresh))
+                self.tally.add(self.samples_dup, len(series_items) - len(fresh))
             if not fresh:
                 continue
             pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
@@ -369,9 +371,9 @@ class Aggregation:
             series = state[metric] = MetricWindows(fresh[-1][0], stable, panic)
             changed = True
             if late:
-                self.samples_late.inc(late)
+                self.tally.add(self.samples_late, late)
             if len(pairs) > late:
-                self.samples_ok.inc(len(pairs) - late)
+                self.tally.add(self.samples_ok, len(pairs) - late)
             closed: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_stable]
             closed += [("panic", a) for a in closed_panic]
             await self.maybe_publish(workload, metric, series, closed, now)
@@ -418,6 +420,7 @@ class Aggregation:
         now = time.monotonic()
         for key, series in pending.items():
             await self.publish_series(key, series, [], now)
+        self.tally.flush()
 
     async def publish(self, window: events.LoadWindow) -> None:
         workload = window.workload
@@ -433,9 +436,9 @@ class Aggregation:
         await self.app.producer.send(
             self.s.load_topic, kb, _LOAD.encode(window), partition, None, self.load_headers
         )
-        self.window_counters[(window.window, window.closed)].inc()
+        self.tally.add(self.window_counters[(window.window, window.closed)])
         for v in window.more:
-            self.window_counters[(v.window, v.closed)].inc()
+            self.tally.add(self.window_counters[(v.window, v.closed)])
 
     # --- dead letters ------------------------------------------------------------------------
 
