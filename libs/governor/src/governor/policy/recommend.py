@@ -7,7 +7,7 @@ policy's bounds; the allocation stage replaces it when the pool's inventory is k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -30,6 +30,16 @@ def newer(a: WindowView | None, b: WindowView) -> bool:
     if b.start != a.start:
         return b.start > a.start
     return (b.closed, b.count, b.newest_sample) >= (a.closed, a.count, a.newest_sample)
+
+
+def keep_newest(
+    series: dict[WindowKey, WindowView], metric: str, views: Iterable[WindowView]
+) -> None:
+    """Keep each view in `series` where it is `newer` than the one held for its window."""
+    for view in views:
+        key = (metric, view.window)
+        if newer(series.get(key), view):
+            series[key] = view
 
 
 def observe(
@@ -79,6 +89,22 @@ def with_cap(spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
     if cap is None or (spec.replica_cap is not None and spec.replica_cap <= cap):
         return spec
     return msgspec.structs.replace(spec, replica_cap=max(cap, spec.min_replicas, 1))
+
+
+def capped(
+    memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]],
+    workload: str,
+    spec: ScalingPolicySpec,
+    cap: int | None,
+) -> ScalingPolicySpec:
+    """`with_cap`, memoized per (workload, cap) while the spec object holds: `evaluate` caches
+    what it derives per spec object, so a capped spec must stay the same object."""
+    if cap is None:
+        return spec
+    hit = memo.get((workload, cap))
+    if hit is None or hit[0] is not spec:
+        hit = memo[(workload, cap)] = (spec, with_cap(spec, cap))
+    return hit[1]
 
 
 def floor_of(spec: ScalingPolicySpec) -> int:
