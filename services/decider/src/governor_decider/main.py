@@ -13,7 +13,8 @@ and stage 2, as separate instances would hold them. This shell
   checkpoints to the cores (applied on first use); before the load offsets are committed (every
   `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
 - ticks every `tick_seconds` over the workloads it owns, so staleness, fallback, cooldowns and
-  panic exit fire without input (a workload its load evaluated within the last tick is skipped);
+  panic exit fire without input (a workload its load evaluated within the last two ticks is
+  skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
 - writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
@@ -339,10 +340,12 @@ class Decider:
                 # Stage 2 needs a pool's whole set, so pools with inventory evaluate all theirs.
                 pools = set(stage1.inventory_pools())
                 members = {w for w, p in stage1.policies.items() if p.spec.pool in pools}
-                # A workload its load evaluated within the last tick is not evaluated again (at
-                # 1 sample/s that is nearly every one): time still moves for each workload at
-                # least every two ticks, for staleness, fallback, cooldowns and panic exit.
-                recent = now - self.s.tick_seconds
+                # A workload its load evaluated within the last two ticks is not evaluated again:
+                # at 1 sample/s and a 1 s tick, one tick would leave every workload whose load
+                # came a little over a second apart (about half of them) to be evaluated twice.
+                # Time still moves for each workload at least every three ticks, for staleness,
+                # fallback, cooldowns and panic exit (the tick does not mark a workload).
+                recent = now - 2 * self.s.tick_seconds
                 owns = stage1.ownership.owns_workload
                 due = [
                     w
