@@ -2,7 +2,8 @@
 a cProfile of one second of load.
 
 What one second costs the two split cores (`DeciderCore` role "stage1" and "stage2", as the
-service runs them): decoding each workload's two LoadWindows off the wire, stage 1's evaluation,
+service runs them): decoding each workload's load message off the wire (one per series, its
+panic window in `more`) into stage 1 (`on_load`), stage 1's evaluation,
 encoding the recommendations stage 1 publishes (an unchanged one only every 30 s), decoding them
 for stage 2 and its bounds-only decision. Kafka's own per-record cost (fetch, produce, acks) is
 not in it: `pipeline_latency.py` measures the services whole.
@@ -52,15 +53,18 @@ def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t
     raw = []
     for i, wl in enumerate(workloads):
         v = 40 + 35 * math.sin(t / 30 + i)
-        for kind, size in (("stable", 60.0), ("panic", 6.0)):
-            window = events.LoadWindow(
-                workload=wl, metric="rps", window=kind, start=t - size, end=t, count=10,
-                mean=v, max=v, p95=v, newest_sample=t - 0.5, closed=False,
-            )  # fmt: skip
-            raw.append(load.encode(window))
+        # One message per series, as the aggregator publishes: the stable window's estimate
+        # carrying the panic window's (LoadWindow.more).
+        window = events.LoadWindow(
+            workload=wl, metric="rps", window="stable", start=t - 60, end=t, count=60,
+            mean=v, max=v, p95=v, newest_sample=t - 0.5, closed=False,
+            more=[events.WindowView(window="panic", start=t - 6, end=t, count=6, mean=v, max=v,
+                                    p95=v, newest_sample=t - 0.5, closed=False)],
+        )  # fmt: skip
+        raw.append(load.encode(window))
     started = time.process_time()
     for r in raw:
-        stage1.on_window(load.decode(r))
+        stage1.on_load(load.decode(r))
     published = []
     for wl in workloads:
         rec = stage1.decide(wl, t).recommendation

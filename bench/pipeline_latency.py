@@ -40,8 +40,11 @@ workload, so decisions keep coming). Measured, in one run:
         --aggregators 2 --deciders 2
 
 The N= line ends with the CPU per 1,000 workloads of the aggregators and the deciders (each
-summed over its processes) and the consumer lag (messages behind, summed over every service and
-topic of the run: samples and windows) at 30 s, at the end and its maximum.
+summed over its processes) and the lag in samples at 30 s, at the end and its maximum (every
+15 s): samples pushed and not yet aggregated (the aggregators' samples_total), plus the
+deciders' messages behind (governor_bus_consumer_lag: load messages, about one per sample, and
+recommendations). The "consumer lag" lines show each service's lag by topic, in records (a
+MetricBatch record holds many samples). RSS is per 1,000 workloads too (summed over processes).
 
 Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
 the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
@@ -70,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
+from governor.decider_memory import DECISION_PREFIX
 from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
@@ -285,8 +289,17 @@ async def latency_run(
     start = time.time()
     sent = 0
     lags: list[str] = []
-    # (seconds into the run, messages behind summed over every service and topic of the run)
+    # (seconds into the run, samples behind): samples pushed and not yet aggregated, plus the
+    # decider's messages behind (load messages, about one per sample, and recommendations).
     lag_totals: list[tuple[float, int]] = []
+
+    def samples_behind(behind: list[str]) -> int:
+        aggregated = sum(_aggregated(a) for a in aggregators)
+        deciders_behind = sum(
+            int(float(x.rsplit("=", 1)[1])) for x in behind if x.startswith("decider:")
+        )
+        return max(0, sent - int(aggregated)) + deciders_behind
+
     async with aiohttp.ClientSession() as http:
         while time.time() - start < duration:
             tick = time.time()
@@ -294,9 +307,7 @@ async def latency_run(
             if int(tick - start) // 15 > len(lags) - 1:
                 rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
                 behind = _lags(*aggregators, *deciders)
-                lag_totals.append(
-                    (tick - start, sum(int(float(x.rsplit("=", 1)[1])) for x in behind))
-                )
+                lag_totals.append((tick - start, samples_behind(behind)))
                 lags.append(f"t+{tick - start:.0f}s {' '.join(behind)} RSS {rss_now}")
             for lo in range(0, n, 500):
                 batch = [
@@ -317,7 +328,7 @@ async def latency_run(
                 sent += len(batch)
             await asyncio.sleep(max(0.0, 1.0 - (time.time() - tick)))
     behind = _lags(*aggregators, *deciders)
-    lag_totals.append((time.time() - start, sum(int(float(x.rsplit("=", 1)[1])) for x in behind)))
+    lag_totals.append((time.time() - start, samples_behind(behind)))
     await asyncio.sleep(3)
     stop.set()
     await follower
@@ -331,10 +342,12 @@ async def latency_run(
     rss = {k: rss_mib(v) for k, v in pids.items()}
     for s in (collector, *aggregators, *deciders):
         s.stop()
-    # Tombstones for this run's policies and workload states, acknowledged together: the next
-    # decider on this broker reads both tables in full when it starts.
+    # Tombstones for this run's policies, workload states and checkpoints (stage 1's, keyed by
+    # workload, and stage 2's), acknowledged together: the next decider on this broker reads
+    # the tables in full when it starts, and the checkpoints on every assignment.
     doomed = [(events.POLICIES, f"{ns}/w{i}") for i in range(n)]
     doomed += [(events.WORKLOADS, wl) for wl in workloads]
+    doomed += [(events.DECIDER_STATE, k) for wl in workloads for k in (wl, DECISION_PREFIX + wl)]
     await producer.wait(
         [
             await producer.send_raw(
@@ -356,7 +369,7 @@ async def latency_run(
         "dec_new_p50": pct(dec_new, 0.5),
         "dec_new_p99": pct(dec_new, 0.99),
         "dec_new_count": len(dec_new),
-        "aggregator_rss_mib": rss["aggregator"],
+        "aggregator_rss_mib": sum(v for k, v in rss.items() if k.startswith("aggregator")),
         "aggregators": n_aggregators,
         "decider_rss_mib": sum(v for k, v in rss.items() if k.startswith("decider")),
         "deciders": n_deciders,
@@ -667,13 +680,16 @@ async def main() -> None:
                 args.bootstrap, n, args.duration, tmp, args.aggregators, args.deciders
             )
             print(
-                f"N={n} ({r['aggregators']} aggregator process(es)): sample->recommendation "
+                f"N={n} ({r['aggregators']} aggregator process(es), {r['deciders']} decider "
+                f"process(es)): sample->recommendation "
                 f"p50 {r['rec_p50']:.3f}s p99 {r['rec_p99']:.3f}s "
                 f"({r['rec_count']}); sample->decision p50 {r['dec_p50']:.3f}s "
                 f"p99 {r['dec_p99']:.3f}s ({r['dec_count']}), of them made on new input "
                 f"p50 {r['dec_new_p50']:.3f}s p99 {r['dec_new_p99']:.3f}s "
                 f"({r['dec_new_count']}); RSS aggregator "
-                f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB; "
+                f"{r['aggregator_rss_mib']:.0f} MiB, decider {r['decider_rss_mib']:.0f} MiB "
+                f"(per 1000 workloads aggregator {1000 * r['aggregator_rss_mib'] / n:.1f} MiB, "
+                f"decider {1000 * r['decider_rss_mib'] / n:.1f} MiB); "
                 f"CPU (cores) aggregator {r['aggregator_cpu']:.2f}, "
                 f"decider {r['decider_cpu']:.2f}, collector {r['collector_cpu']:.2f}, "
                 f"this driver {r['bench_cpu']:.2f}; "
@@ -681,7 +697,6 @@ async def main() -> None:
                 f"; CPU per 1000 workloads aggregator {1000 * r['aggregator_cpu'] / n:.3f} "
                 f"decider {1000 * r['decider_cpu'] / n:.3f} core"
                 f"; lag {r['lag_30s']} -> {r['lag_end']} max {r['lag_max']}"
-                f"; {r['deciders']} decider process(es)"
             )
             for line in r["lags"]:
                 print("   consumer lag", line)

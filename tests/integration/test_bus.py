@@ -584,3 +584,52 @@ async def test_topic_partitions_of_a_topic_created_after_the_consumer_started(
         assert await topic_partitions(c, t.name, kafka_bootstrap, None) == {0, 1, 2}
     finally:
         await c.stop()
+
+
+async def test_publish_many_lands_where_publish_does_in_the_same_order(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    """Record batches per partition (Producer.publish_many): every record on the partition,
+    with the key and headers, that `publish` gives it, in the order given per partition; a
+    small batch size splits a partition's records over several batches."""
+    prefix = f"test.many.{unique_suffix}"
+    one, many = (renamed(events.LOAD, f"{prefix}.{k}", partitions=3) for k in ("one", "many"))
+    await ensure_topics(kafka_bootstrap, [one, many])
+    values = [_window(f"ns/Deployment/w{i % 40}", float(i)) for i in range(400)]
+    async with Producer(kafka_bootstrap, max_batch_size=4096) as p:
+        await p.wait([await p.publish(one, v) for v in values])
+        acks = await p.publish_many(many, values)
+        await p.wait(acks)
+        assert 3 < len(acks) < len(values), "one future per batch, several batches a partition"
+
+    def by_partition(records: list[Any]) -> dict[int, list[tuple[bytes, bytes, Any]]]:
+        out: dict[int, list[tuple[bytes, bytes, Any]]] = {}
+        for r in records:
+            out.setdefault(r.partition, []).append((r.key, r.value, list(r.headers)))
+        return out
+
+    async def read(name: str) -> list[Any]:
+        c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            tps = [TopicPartition(name, i) for i in range(3)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            out: list[Any] = []
+            while len(out) < len(values):
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    out += records
+            return out
+        finally:
+            await c.stop()
+
+    expected, got = by_partition(await read(one.name)), by_partition(await read(many.name))
+    assert got == expected
+    assert len(expected) == 3
+
+
+def _window(workload: str, t: float) -> events.LoadWindow:
+    return events.LoadWindow(
+        workload=workload, metric="rps", window="panic", start=t, end=t + 6.0, count=1,
+        mean=1.0, max=2.0, p95=2.0, newest_sample=t, closed=False,
+    )  # fmt: skip

@@ -3,10 +3,13 @@
 from pathlib import Path
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from governor.decider import DeciderCore
-from governor.events import LoadWindow, WorkloadState
+from governor.events import LoadWindow, WindowView, WorkloadState
 from governor.spec import ScalingPolicy, policies_from_yaml
+from governor.windows import views
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 WL = "shop/Deployment/web"
@@ -165,3 +168,45 @@ def test_kafka_lag_consumer_is_capped_at_the_partition_count() -> None:
         assert d.to_replicas == want, allow_idle
         if not allow_idle:
             assert any(r.rule == "cap" for r in d.reasons)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=100, max_value=130).map(float),  # end
+            st.floats(min_value=0, max_value=500, allow_nan=False),  # mean
+            st.booleans(),  # closed
+            st.integers(min_value=0, max_value=3),  # how many windows the message carries
+        ),
+        max_size=12,
+    )
+)
+def test_on_load_equals_on_window_of_each_view(
+    messages: list[tuple[float, float, bool, int]],
+) -> None:
+    """A load message straight into the core (`on_load`, the service's path: no LoadWindow
+    built per carried window) keeps the same newest views and decides the same as `on_window`
+    of each of `views(message)` (the journal's replay path)."""
+    direct, by_view = core_with(40.0, 2, 99.0), core_with(40.0, 2, 99.0)
+    for end, mean, closed, extra in messages:
+        first = window(end, mean, "stable", closed)
+        first.more = [carried(end - i, mean + i, i, closed) for i in range(extra)]
+        direct.on_load(first)
+        for view in views(first):
+            by_view.on_window(view)
+    assert direct.windows.keys() == by_view.windows.keys()
+    for wl, series in by_view.windows.items():
+        got = direct.windows[wl]
+        assert got.keys() == series.keys()
+        for key, view in series.items():
+            fields = WindowView.__struct_fields__
+            assert [getattr(got[key], f) for f in fields] == [getattr(view, f) for f in fields]
+    assert direct.decide(WL, 131.0).recommendation == by_view.decide(WL, 131.0).recommendation
+
+
+def carried(end: float, mean: float, i: int, closed: bool) -> WindowView:
+    return WindowView(
+        window="panic" if i % 2 == 0 else "stable", start=end - 6, end=end, count=5 + i,
+        mean=mean, max=mean, p95=mean, newest_sample=end - 0.5, closed=closed,
+    )  # fmt: skip

@@ -4,6 +4,7 @@ dashboard shows is what stage 1 and stage 2 decided."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from prometheus_client import REGISTRY
 
@@ -87,8 +88,13 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     async def send(topic: object, value: object) -> None:
         published.append(value)
 
+    async def send_many(topic: object, values: list[object]) -> list[object]:
+        published.extend(values)
+        return []
+
     d.producer.send = send  # type: ignore[method-assign,assignment]
     d.producer.publish = send  # type: ignore[method-assign,assignment]
+    d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
     await d._decide(train, now, "load")
     await d._decide(web, now, "load")
     _recommend(d, published)
@@ -155,8 +161,14 @@ async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due
                 out.append(value)
             recs.append(value)
 
+        async def send_many(topic: object, values: list[object], send: Any = send) -> list[object]:
+            for value in values:
+                await send(topic, value)
+            return []
+
         d.producer.send = send  # type: ignore[method-assign,assignment]
         d.producer.publish = send  # type: ignore[method-assign,assignment]
+        d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
         before = observed()
         await d._decide_all((train, web), now, trigger, d.stage1)
         _recommend(d, recs)

@@ -16,9 +16,11 @@ import faust
 import faust.streams
 import faust.transport.drivers.aiokafka as faust_aiokafka
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 from faust.tables.table import Table
 
-from governor_aggregator.main import AggregatorSettings, build_app
+from governor import events
+from governor_aggregator.main import AggregatorSettings, WorkloadTable, build_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +52,7 @@ def test_the_app_settings_the_aggregator_passes_exist() -> None:
         "table_cleanup_interval",
         "key_serializer",
         "value_serializer",
+        "Table",
     }
     # faust.Settings takes them as keywords; each is a setting (a descriptor on the class).
     missing = {name for name in used if not hasattr(faust.Settings, name)}
@@ -81,7 +84,19 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     # Keyed by workload with the producers' partitioner: the changelog partition is the key's,
     # not the current event's (what lets a batch of several partitions write the table).
     assert table.use_partitioner is True
-    assert table.partition_for_key(b"ns/Deployment/a") is None
+    # ... computed by the table class (faust's `Table` setting), as the producer's would be.
+    assert isinstance(table, WorkloadTable)
+    # The method the base calls on every write (on_key_set), overridden with its signature.
+    assert (
+        params(Table.partition_for_key)
+        == params(WorkloadTable.partition_for_key)
+        == {"self", "key"}
+    )
+    n = events.METRICS.partitions
+    assert table.changelog_topic.partitions == n
+    for key in (b"ns/Deployment/a", b"ns/Deployment/b", b"other/StatefulSet/x"):
+        expected = DefaultPartitioner()(key, list(range(n)), list(range(n)))
+        assert table.partition_for_key(key) == expected
     assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
     assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)
     # The settings took (an unknown keyword would have been ignored silently).

@@ -252,6 +252,35 @@ def test_ingest_many_equals_one_by_one(
 @given(
     size_hop=_sizes,
     lateness=st.sampled_from([0.0, 2.0, 30.0]),
+    max_samples=st.sampled_from([2, 5, 3600]),
+    before=_samples,
+    ts=st.integers(min_value=0, max_value=300).map(float),
+    value=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False),
+)
+def test_one_sample_fast_path_equals_the_batch_path(
+    size_hop: tuple[float, float],
+    lateness: float,
+    max_samples: int,
+    before: list[tuple[float, float]],
+    ts: float,
+    value: float,
+) -> None:
+    """`ingest` (and `ingest_many` of a one-sample list) skip the batch path's routing: the same
+    series, closed windows and late count as the batch path (an iterator takes it) from any
+    state, out-of-order, late and thinned (max_samples) ones included."""
+    spec = w.WindowSpec(
+        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
+    )
+    series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), iter(before))
+    expected = w.ingest_many(series, iter([(ts, value)]))
+    assert w.ingest(series, value, ts) == expected
+    assert w.ingest_many(series, [(ts, value)]) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size_hop=_sizes,
+    lateness=st.sampled_from([0.0, 2.0, 30.0]),
     before=st.lists(st.integers(min_value=0, max_value=150).map(float), max_size=20),
     first=st.integers(min_value=0, max_value=200),
     n=st.integers(min_value=0, max_value=90),

@@ -61,6 +61,7 @@ from governor.events import (
     Reason,
     Recommendation,
     ScaleDecision,
+    WindowView,
     WorkloadState,
 )
 from governor.ownership import Ownership
@@ -72,12 +73,12 @@ from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
     WindowKey,
     bound,
-    newer,
+    capped,
+    keep_newest,
     observe,
     partition_cap,
     recommend,
     signature,
-    with_cap,
 )
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.spec import ScalingPolicy, ScalingPolicySpec
@@ -106,7 +107,8 @@ class DeciderCore:
     policies: dict[str, ScalingPolicy] = field(default_factory=dict)  # by workload id
     policy_keys: dict[str, str] = field(default_factory=dict)  # namespace/name -> workload id
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
-    windows: dict[str, dict[WindowKey, LoadWindow]] = field(default_factory=dict)
+    # The newest view of each series, as it came off the wire (a load message or its `more`).
+    windows: dict[str, dict[WindowKey, WindowView]] = field(default_factory=dict)
     memory: dict[str, Memory] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)  # the cluster table, by node
     _cap_memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]] = field(
@@ -165,10 +167,13 @@ class DeciderCore:
             self.workloads[state.workload] = state
 
     def on_window(self, window: LoadWindow) -> None:
-        series = self.windows.setdefault(window.workload, {})
-        key = (window.metric, window.window)
-        if newer(series.get(key), window):
-            series[key] = window
+        keep_newest(self.windows.setdefault(window.workload, {}), window.metric, (window,))
+
+    def on_load(self, message: LoadWindow) -> None:
+        """A load message: the same as `on_window` of each of `windows.views(message)`, without
+        building a LoadWindow per window it carries (the decider's hot path)."""
+        views = (message, *message.more) if message.more else (message,)
+        keep_newest(self.windows.setdefault(message.workload, {}), message.metric, views)
 
     def on_node(self, node: NodeState) -> None:
         """A node of the cluster table (topic governor.cluster): capacity, devices, health."""
@@ -298,7 +303,7 @@ class DeciderCore:
         windows = self.windows.get(workload, {})
         observations = observe(policy.spec, windows)
         inputs = ScaleInputs(workload=seen, observations=observations)
-        spec = self._capped(workload, policy.spec, partition_cap(policy.spec, windows))
+        spec = capped(self._cap_memo, workload, policy.spec, partition_cap(policy.spec, windows))
         result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
         throughput = None
         if policy.spec.elastic is not None:
@@ -316,17 +321,6 @@ class DeciderCore:
             # Stage 2 holds the elastic state (it resizes): it records the measurement.
             rec = msgspec.structs.replace(rec, throughput=throughput)
         return Stage1View(policy, observed, mem, current, result, rec)
-
-    def _capped(self, workload: str, spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
-        """The spec with the partition cap; memoized, since evaluate caches per spec object."""
-        if cap is None:
-            return spec
-        key = (workload, cap)
-        hit = self._cap_memo.get(key)
-        if hit is None or hit[0] is not spec:
-            hit = (spec, with_cap(spec, cap))
-            self._cap_memo[key] = hit
-        return hit[1]
 
     def _current(self, mem: Memory, observed: WorkloadState, now: float) -> int:
         in_flight = (

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from governor.events import DeciderCheckpoint, LoadWindow, ScaleDecision, WorkloadState
+from governor.events import DeciderCheckpoint, ScaleDecision, WindowView, WorkloadState
 from governor.policy import evaluate
 from governor.policy.recommend import WindowKey, bound, observe, recommend
 from governor.policy.types import ScaleInputs, ScaleState
@@ -58,7 +58,7 @@ def mode_problems(policies: Iterable[ScalingPolicy]) -> list[str]:
 def evaluate_shadow(
     policy: ScalingPolicy,
     observed: WorkloadState,
-    windows: Mapping[WindowKey, LoadWindow],
+    windows: Mapping[WindowKey, WindowView],
     mem: ShadowMemory,
     now: float,
     *,
@@ -100,7 +100,7 @@ def evaluate_shadow(
 def evaluate_shadows(
     policies: Mapping[str, ScalingPolicy],
     observed: WorkloadState,
-    windows: Mapping[WindowKey, LoadWindow],
+    windows: Mapping[WindowKey, WindowView],
     memory: dict[tuple[str, str], ShadowMemory],
     now: float,
     *,

@@ -106,3 +106,23 @@ class HealthServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+class Tally:
+    """Counter increments gathered in a plain dict and applied to the Prometheus children at
+    `flush`: a hot loop that counts per workload (the aggregator's samples and windows) pays a
+    dict update, not a locked `inc`, each time; /metrics trails by at most one flush."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending: dict[Any, float] = {}
+
+    def add(self, child: Any, amount: float = 1) -> None:
+        pending = self._pending
+        pending[child] = pending.get(child, 0) + amount
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for child, amount in pending.items():
+            child.inc(amount)

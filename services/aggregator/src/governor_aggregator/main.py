@@ -70,7 +70,7 @@ from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
-from governor.telemetry import HealthServer, JsonFormatter
+from governor.telemetry import HealthServer, JsonFormatter, Tally
 from governor.windows import (
     SeriesWindows,
     WindowAcc,
@@ -81,6 +81,7 @@ from governor.windows import (
     to_load_window,
 )
 from governor_aggregator.cli import PREFIX
+from governor_aggregator.table import MetricWindows, WorkloadTable, WorkloadWindows
 
 log = logging.getLogger("governor.aggregator")
 
@@ -132,22 +133,6 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
 
-
-class MetricWindows(msgspec.Struct, array_like=True):
-    """The windows of one (workload, metric) and the last source offset applied to them.
-
-    `offset` makes reprocessing idempotent: after a rebalance or a crash the new owner restores
-    this value from the changelog and skips every record at or below it (one workload lives in
-    one partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
-    """
-
-    offset: int
-    stable: SeriesWindows
-    panic: SeriesWindows
-
-
-# The table value of one workload: its series by metric.
-WorkloadWindows = dict[str, MetricWindows]
 
 _STATE_ENC = msgspec.msgpack.Encoder()
 _STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
@@ -262,6 +247,7 @@ class Aggregation:
         self.samples_late = SAMPLES.labels("late")
         self.samples_dup = SAMPLES.labels("duplicate")
         self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
+        self.tally = Tally()  # per workload and window counts, applied once per batch
 
     def new_series(self) -> MetricWindows:
         return MetricWindows(
@@ -337,6 +323,7 @@ class Aggregation:
         now = time.monotonic()
         for workload, items in by_workload.items():
             await self.fold(workload, items, now)
+        self.tally.flush()
 
     async def read(self, message: Any, parts: Partitions) -> list[events.MetricSample]:
         """The samples of one record to aggregate; dead-letters the rest."""
@@ -375,7 +362,7 @@ class Aggregation:
             series = state.get(metric) or self.new_series()
             fresh = [(off, smp) for off, smp in series_items if off > series.offset]
             if len(fresh) < len(series_items):
-                self.samples_dup.inc(len(series_items) - len(fresh))
+                self.tally.add(self.samples_dup, len(series_items) - len(fresh))
             if not fresh:
                 continue
             pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
@@ -384,9 +371,9 @@ class Aggregation:
             series = state[metric] = MetricWindows(fresh[-1][0], stable, panic)
             changed = True
             if late:
-                self.samples_late.inc(late)
+                self.tally.add(self.samples_late, late)
             if len(pairs) > late:
-                self.samples_ok.inc(len(pairs) - late)
+                self.tally.add(self.samples_ok, len(pairs) - late)
             closed: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_stable]
             closed += [("panic", a) for a in closed_panic]
             await self.maybe_publish(workload, metric, series, closed, now)
@@ -433,6 +420,7 @@ class Aggregation:
         now = time.monotonic()
         for key, series in pending.items():
             await self.publish_series(key, series, [], now)
+        self.tally.flush()
 
     async def publish(self, window: events.LoadWindow) -> None:
         workload = window.workload
@@ -448,9 +436,9 @@ class Aggregation:
         await self.app.producer.send(
             self.s.load_topic, kb, _LOAD.encode(window), partition, None, self.load_headers
         )
-        self.window_counters[(window.window, window.closed)].inc()
+        self.tally.add(self.window_counters[(window.window, window.closed)])
         for v in window.more:
-            self.window_counters[(v.window, v.closed)].inc()
+            self.tally.add(self.window_counters[(v.window, v.closed)])
 
     # --- dead letters ------------------------------------------------------------------------
 
@@ -538,6 +526,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         # be used to read the changelog back during recovery, so it must be raw everywhere.
         key_serializer="raw",
         value_serializer="raw",
+        Table=WorkloadTable,
     )
     agg = Aggregation(app, s)
 

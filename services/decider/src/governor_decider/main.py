@@ -13,7 +13,8 @@ and stage 2, as separate instances would hold them. This shell
   checkpoints to the cores (applied on first use); before the load offsets are committed (every
   `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
 - ticks every `tick_seconds` over the workloads it owns, so staleness, fallback, cooldowns and
-  panic exit fire without input (a workload its load evaluated within the last tick is skipped);
+  panic exit fire without input (a workload its load evaluated within the last two ticks is
+  skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
 - writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
@@ -66,6 +67,16 @@ from governor_decider.metrics import (
 )
 
 log = logging.getLogger("governor.decider")
+
+# A cycle's records to publish, by topic name: (the topic, its values in order).
+Queued = dict[str, tuple[events.Topic[Any], list[Any]]]
+
+
+def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
+    held = queued.get(topic.name)
+    if held is None:
+        held = queued[topic.name] = (topic, [])
+    held[1].append(value)
 
 
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -287,9 +298,9 @@ class Decider:
                 value = msg.value
                 if isinstance(value, events.LoadWindow):
                     # One message per series carries several windows (LoadWindow.more).
-                    for window in views(value):
-                        stage1.on_window(window)
-                        if j1 is not None:
+                    stage1.on_load(value)
+                    if j1 is not None:
+                        for window in views(value):
                             j1.window(window)
                     load[value.workload] = None
                 elif isinstance(value, events.Recommendation):
@@ -327,10 +338,13 @@ class Decider:
                 now = time.time()
                 stage1 = self.stage1
                 # Only workloads whose load this instance consumes (their partitions are ours),
-                # and not those its load evaluated within the last tick (at 1 sample/s nearly
-                # every one), plus every member of a pool with inventory (stage 2 needs a pool's
-                # whole set): the rule `DeciderCore.tick` uses too (`due_by_time`).
-                recent = now - self.s.tick_seconds
+                # plus every member of a pool with inventory (stage 2 needs a pool's whole set):
+                # the rule `DeciderCore.tick` uses too (`due_by_time`). A workload its load
+                # evaluated within the last two ticks is not evaluated again: at 1 sample/s and a
+                # 1 s tick, one tick would leave every workload whose load came a little over a
+                # second apart (about half of them) to be evaluated twice. Time still moves for
+                # each workload at least every three ticks (the tick does not mark a workload).
+                recent = now - 2 * self.s.tick_seconds
                 due = due_by_time(stage1, recent, self._evaluated)
                 await self._decide_all(due, now, "tick", stage1)
                 # Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure
@@ -396,9 +410,7 @@ class Decider:
 
     async def _flush(self) -> None:
         due = self.stage1.checkpoints_due(time.time())
-        await self.producer.wait(
-            [await self.producer.publish(events.DECIDER_STATE, cp) for cp in due]
-        )
+        await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
         self._flushed_at = time.monotonic()
 
     async def _decide(self, workload: str, now: float, trigger: str) -> None:
@@ -449,16 +461,19 @@ class Decider:
         returns when those are acknowledged too. One round trip or two per cycle, not one per
         workload."""
         producer = self.producer
-        await producer.wait(
-            [
-                await producer.publish(events.DECIDER_STATE, cp)
-                for _, out in outs
-                for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
-            ]
-        )
-        acks: list[asyncio.Future[Any] | None] = []
+        checkpoints = [
+            cp
+            for _, out in outs
+            for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
+        ]
+        await producer.wait(await producer.publish_many(events.DECIDER_STATE, checkpoints))
+        # Per topic, in one record batch per partition (Producer.publish_many).
+        queued: Queued = {}
         for workload, out in outs:
-            await self._publish(workload, out, acks)
+            self._publish(workload, out, queued)
+        acks = []
+        for topic, values in queued.values():
+            acks += await producer.publish_many(topic, values)
         await producer.wait(acks)
         if trigger == "tick":
             # Made due by time (a stabilization window or rate limit running out) on input
@@ -469,13 +484,11 @@ class Decider:
             if out.decision is not None:
                 LATENCY.observe(max(0.0, published - out.decision.newest_input))
 
-    async def _publish(
-        self, workload: str, out: Outputs, acks: list[asyncio.Future[Any] | None]
-    ) -> None:
+    def _publish(self, workload: str, out: Outputs, queued: Queued) -> None:
         """Queue one evaluation's recommendation and decision (its checkpoint is acknowledged)."""
         rec = out.recommendation
         if rec is not None:
-            acks.append(await self.producer.publish(self.recommendations_topic, rec))
+            _queue(queued, self.recommendations_topic, rec)
             child = self._child
             for kind, value in (
                 ("current", rec.current),
@@ -494,11 +507,11 @@ class Decider:
                 if observed is not None:
                     self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
         for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
-            acks.append(await self.producer.publish(events.SHADOW_DECISIONS, shadow))
+            _queue(queued, events.SHADOW_DECISIONS, shadow)
             self._child(SHADOW_REPLICAS, workload, shadow.policy).set(shadow.to_replicas)
         d = out.decision
         if d is not None:
-            acks.append(await self.producer.publish(self.decisions_topic, d))
+            _queue(queued, self.decisions_topic, d)
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
             direction = (

@@ -5,6 +5,7 @@ Producing::
     async with Producer(bootstrap) as producer:
         await producer.send(METRICS, sample)             # waits for the broker's ack
         fut = await producer.publish(METRICS, sample)    # queues; await fut for the ack
+        futs = await producer.publish_many(LOAD, windows)  # one record batch per partition
 
 Consuming (at-least-once: offsets are committed only after the handler returned)::
 

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
 
 from governor.bus.codec import codec_for
 from governor.bus.connect import Liveness, default_bootstrap, start_client
@@ -15,6 +16,9 @@ from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 
 T = TypeVar("T", bound=msgspec.Struct)
+
+# Keys whose partition is remembered (murmur2 is pure Python); past this the memo starts over.
+_PARTITION_MEMO_MAX = 500_000
 
 
 class Producer:
@@ -53,6 +57,7 @@ class Producer:
         self._stopped = False
         self._liveness = Liveness()
         self._probe: asyncio.Task[None] | None = None
+        self._partition_memo: dict[tuple[int, bytes], int] = {}
 
     async def start(self) -> None:
         if self._producer is not None:
@@ -93,6 +98,54 @@ class Producer:
             key=topic.key(value).encode(),
             headers=codec.header_list,
         )
+
+    async def publish_many(self, topic: Topic[T], values: Iterable[T]) -> list[asyncio.Future[Any]]:
+        """Queue values on `topic` as `publish` would (the topic's key, the default
+        partitioner's partition for it, per-partition order as given), one record batch per
+        partition: a future per batch, not per record. aiokafka's `send` costs ~20 us of Python
+        per record (metadata lookup, partitioner, a future); a batch append a fraction of it,
+        which is what lets one process publish 10,000 recommendations a second."""
+        p = self._p()
+        codec = codec_for(topic)
+        count = len(await p.partitions_for(topic.name))
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for value in values:
+            key = topic.key(value).encode()
+            by_partition.setdefault(self._partition(count, key), []).append(
+                (key, codec.encode(value))
+            )
+        headers = codec.header_list
+        futures: list[asyncio.Future[Any]] = []
+        for partition, records in by_partition.items():
+            batch, held = p.create_batch(), 0
+            for key, raw in records:
+                if batch.append(timestamp=None, key=key, value=raw, headers=headers) is not None:
+                    held += 1
+                    continue
+                # The batch is full: send it, and start the next with this record.
+                if held:
+                    futures.append(await p.send_batch(batch, topic.name, partition=partition))
+                batch, held = p.create_batch(), 0
+                if batch.append(timestamp=None, key=key, value=raw, headers=headers) is None:
+                    # Larger than a batch alone: the ordinary path (it raises if too large).
+                    futures.append(
+                        await p.send(topic.name, raw, key=key, headers=headers, partition=partition)
+                    )
+                else:
+                    held = 1
+            if held:
+                futures.append(await p.send_batch(batch, topic.name, partition=partition))
+        return futures
+
+    def _partition(self, count: int, key: bytes) -> int:
+        """The default partitioner's choice for a key (aiokafka's: murmur2, positive, mod)."""
+        memo = self._partition_memo
+        hit = memo.get((count, key))
+        if hit is None:
+            if len(memo) >= _PARTITION_MEMO_MAX:
+                memo.clear()
+            hit = memo[(count, key)] = (murmur2(key) & 0x7FFFFFFF) % count
+        return hit
 
     async def send(self, topic: Topic[T], value: T) -> Any:
         """Send and wait for the broker's ack (all in-sync replicas). Returns RecordMetadata."""

@@ -7,11 +7,11 @@ policy's bounds; the allocation stage replaces it when the pool's inventory is k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from governor.events import LoadWindow, Reason, Recommendation, WindowKind, WorkloadState
+from governor.events import Reason, Recommendation, WindowKind, WindowView, WorkloadState
 from governor.policy.types import MetricObservation, ScaleResult
 from governor.spec import KafkaLagSource, ScalingPolicy, ScalingPolicySpec
 from governor.windows import statistic
@@ -19,7 +19,7 @@ from governor.windows import statistic
 WindowKey = tuple[str, WindowKind]  # (metric, window kind)
 
 
-def newer(a: LoadWindow | None, b: LoadWindow) -> bool:
+def newer(a: WindowView | None, b: WindowView) -> bool:
     """Whether `b` should replace `a` as the freshest view of its series.
 
     A later window wins; for the same window a closed one wins over a running estimate, and a
@@ -32,8 +32,18 @@ def newer(a: LoadWindow | None, b: LoadWindow) -> bool:
     return (b.closed, b.count, b.newest_sample) >= (a.closed, a.count, a.newest_sample)
 
 
+def keep_newest(
+    series: dict[WindowKey, WindowView], metric: str, views: Iterable[WindowView]
+) -> None:
+    """Keep each view in `series` where it is `newer` than the one held for its window."""
+    for view in views:
+        key = (metric, view.window)
+        if newer(series.get(key), view):
+            series[key] = view
+
+
 def observe(
-    spec: ScalingPolicySpec, windows: Mapping[WindowKey, LoadWindow]
+    spec: ScalingPolicySpec, windows: Mapping[WindowKey, WindowView]
 ) -> dict[str, MetricObservation]:
     """What the policy sees of each of its metrics: the stable and panic windows' statistic."""
     out: dict[str, MetricObservation] = {}
@@ -56,7 +66,7 @@ def observe(
 PARTITIONS_SUFFIX = ".partitions"
 
 
-def partition_cap(spec: ScalingPolicySpec, windows: Mapping[WindowKey, LoadWindow]) -> int | None:
+def partition_cap(spec: ScalingPolicySpec, windows: Mapping[WindowKey, WindowView]) -> int | None:
     """The replicas a Kafka-lag consumer can use: its topic's partition count.
 
     The collector's `kafka_lag` source publishes `<metric>.partitions` beside the lag (KEDA caps
@@ -79,6 +89,22 @@ def with_cap(spec: ScalingPolicySpec, cap: int | None) -> ScalingPolicySpec:
     if cap is None or (spec.replica_cap is not None and spec.replica_cap <= cap):
         return spec
     return msgspec.structs.replace(spec, replica_cap=max(cap, spec.min_replicas, 1))
+
+
+def capped(
+    memo: dict[tuple[str, int], tuple[ScalingPolicySpec, ScalingPolicySpec]],
+    workload: str,
+    spec: ScalingPolicySpec,
+    cap: int | None,
+) -> ScalingPolicySpec:
+    """`with_cap`, memoized per (workload, cap) while the spec object holds: `evaluate` caches
+    what it derives per spec object, so a capped spec must stay the same object."""
+    if cap is None:
+        return spec
+    hit = memo.get((workload, cap))
+    if hit is None or hit[0] is not spec:
+        hit = memo[(workload, cap)] = (spec, with_cap(spec, cap))
+    return hit[1]
 
 
 def floor_of(spec: ScalingPolicySpec) -> int:
