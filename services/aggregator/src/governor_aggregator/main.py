@@ -68,6 +68,8 @@ from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
+from governor.pod_totals import POD_LABEL, PodTotals, with_totals
+from governor.pod_totals import add as add_pod_samples
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter
@@ -144,6 +146,7 @@ class MetricWindows(msgspec.Struct, array_like=True):
     offset: int
     stable: SeriesWindows
     panic: SeriesWindows
+    totals: PodTotals | None = None  # a per-pod series' instants (governor.pod_totals)
 
 
 # The table value of one workload: its series by metric.
@@ -171,27 +174,16 @@ def load_message(
     metric: str,
     closed: Iterable[tuple[WindowKind, WindowAcc]],
     open_: Iterable[tuple[WindowKind, WindowAcc]],
+    totals: PodTotals | None = None,
 ) -> events.LoadWindow | None:
     """One message for a series: the windows that closed, then the open windows' estimates."""
     views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
     views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
     if not views:
         return None
-    first, rest = views[0], views[1:]
-    first.more = [
-        events.WindowView(
-            window=v.window,
-            start=v.start,
-            end=v.end,
-            count=v.count,
-            mean=v.mean,
-            max=v.max,
-            p95=v.p95,
-            newest_sample=v.newest_sample,
-            closed=v.closed,
-        )
-        for v in rest
-    ]
+    first, *rest = (with_totals(v, totals) for v in views)
+    fields = events.WindowView.__struct_fields__
+    first.more = [events.WindowView(**{f: getattr(v, f) for f in fields}) for v in rest]
     return first
 
 
@@ -246,6 +238,7 @@ class Aggregation:
         self.order = StreamOrder(s.gap_timeout_seconds)
         self.resume_at: dict[int, int] | None = None
         self.interval = s.publish_interval_ms / 1000.0
+        self.totals_horizon = s.stable_window_seconds + s.allowed_lateness_seconds
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
         self.published_at: dict[tuple[str, str], float] = {}
@@ -381,7 +374,8 @@ class Aggregation:
             pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
             stable, closed_stable, late = ingest_many(series.stable, pairs)
             panic, closed_panic, _ = ingest_many(series.panic, pairs)
-            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic)
+            totals = self.pod_totals(series.totals, fresh)
+            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic, totals)
             changed = True
             if late:
                 self.samples_late.inc(late)
@@ -421,7 +415,7 @@ class Aggregation:
         sig = signature(opened)
         if not closed and sig == self.published.get(key):
             return
-        window = load_message(key[0], key[1], closed, opened)
+        window = load_message(key[0], key[1], closed, opened, series.totals)
         self.published[key] = sig
         self.published_at[key] = now
         if window is not None:
@@ -451,6 +445,11 @@ class Aggregation:
         self.window_counters[(window.window, window.closed)].inc()
         for v in window.more:
             self.window_counters[(v.window, v.closed)].inc()
+
+    def pod_totals(self, totals: PodTotals | None, fresh: list[Any]) -> PodTotals | None:
+        """A per-pod series' instants with the fresh samples labelled `pod` added."""
+        pods = [(m.timestamp, p, m.value) for _, m in fresh if (p := m.labels.get(POD_LABEL))]
+        return add_pod_samples(totals or PodTotals(), pods, self.totals_horizon) if pods else totals
 
     # --- dead letters ------------------------------------------------------------------------
 
