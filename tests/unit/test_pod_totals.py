@@ -33,7 +33,7 @@ def _window(samples: list[tuple[float, str, float]], start: float, end: float) -
     for ts, _, value in samples:
         acc = w.add_sample(acc, value, ts, w.DEFAULT_MAX_SAMPLES)
     view = w.to_load_window(acc, "ns/Deployment/web", "rps", "stable", closed=False)
-    return pt.with_totals(view, pt.add(pt.PodTotals(), samples, horizon=3600))
+    return pt.with_totals(view, pt.add_samples(pt.PodTotals(horizon=3600), samples))
 
 
 @settings(max_examples=200, deadline=None)
@@ -45,24 +45,26 @@ def test_any_change_in_pod_count_at_constant_load_gives_a_constant_total(
     pods_at: list[int], load: float
 ) -> None:
     samples = _samples(pods_at, load)
-    t = pt.over(pt.add(pt.PodTotals(), samples, horizon=3600), 0.0, float(len(pods_at)))
+    t = pt.over(pt.add_samples(pt.PodTotals(horizon=3600), samples), 0.0, float(len(pods_at)))
     assert t is not None and t.instants == len(pods_at)
     for stat in (t.mean, t.max, t.p95):
         assert math.isclose(stat, load, rel_tol=1e-9)
 
 
 def test_a_pod_scraped_twice_in_an_instant_counts_once_with_its_last_value() -> None:
-    totals = pt.add(pt.PodTotals(), [(10.1, "a", 3.0), (10.2, "b", 4.0), (10.6, "a", 5.0)], 60)
+    totals = pt.add_samples(pt.PodTotals(), [(10.1, "a", 3.0), (10.2, "b", 4.0), (10.6, "a", 5.0)])
     assert pt.over(totals, 10.0, 11.0) == pt.Totals(instants=1, mean=9.0, max=9.0, p95=9.0)
     # Across batches too, and the earlier state is left as it was (a value).
-    later = pt.add(totals, [(10.9, "b", 1.0), (11.0, "b", 2.0)], 60)
+    later = pt.add_samples(totals, [(10.9, "b", 1.0), (11.0, "b", 2.0)])
     assert pt.over(later, 10.0, 11.0) == pt.Totals(instants=1, mean=6.0, max=6.0, p95=6.0)
     assert pt.over(later, 10.0, 12.0) == pt.Totals(instants=2, mean=4.0, max=6.0, p95=6.0)
     assert pt.over(totals, 10.0, 11.0) == pt.Totals(instants=1, mean=9.0, max=9.0, p95=9.0)
 
 
 def test_buckets_behind_the_horizon_are_dropped_and_windows_see_only_their_own() -> None:
-    totals = pt.add(pt.PodTotals(), [(float(t), "a", float(t)) for t in range(100)], horizon=10)
+    totals = pt.add_samples(
+        pt.PodTotals(horizon=10), [(float(t), "a", float(t)) for t in range(100)]
+    )
     assert min(totals.buckets) == 89.0  # the bounded state: buckets reaching past 99 - 10
     assert pt.over(totals, 95.0, 97.0) == pt.Totals(instants=2, mean=95.5, max=96.0, p95=96.0)
     assert pt.over(totals, 0.0, 50.0) is None
@@ -148,7 +150,7 @@ def test_the_aggregators_load_message_carries_the_totals_on_every_view() -> None
     from governor_aggregator.main import load_message
 
     samples = _samples([5] * 30 + [20] * 30, 200.0)
-    totals = pt.add(pt.PodTotals(), samples, horizon=70)
+    totals = pt.add_samples(pt.PodTotals(horizon=70), samples)
     stable, panic = w.WindowAcc(start=0.0, end=60.0), w.WindowAcc(start=54.0, end=60.0)
     for ts, _, value in samples:
         stable = w.add_sample(stable, value, ts, w.DEFAULT_MAX_SAMPLES)
@@ -161,3 +163,16 @@ def test_the_aggregators_load_message_carries_the_totals_on_every_view() -> None
     assert math.isclose(first.total_mean, 200.0) and math.isclose(second.total_mean, 200.0)
     plain = load_message("ns/Deployment/web", "rps", [("stable", stable)], [])
     assert plain is not None and plain.instants == 0
+
+
+def test_which_samples_belong_to_a_per_pod_series() -> None:
+    from governor.events import MetricSample
+
+    def smp(labels: dict[str, str]) -> MetricSample:
+        return MetricSample(workload="w", metric="m", value=2.5, timestamp=7.0, labels=labels)
+
+    assert pt.pod_sample(smp({"pod": "web-1"})) == (7.0, "web-1", 2.5)
+    # The resource source's mean over 4 pods: the instant's total is its `total` label.
+    assert pt.pod_sample(smp({"pods": "4", "total": "10.0"})) == (7.0, pt.ALL_PODS, 10.0)
+    for labels in ({}, {"pod": ""}, {"total": "nan"}, {"total": "x"}, {"list": "jobs"}):
+        assert pt.pod_sample(smp(labels)) is None

@@ -2,9 +2,11 @@
 "the ready pods' usage", kept so that a window never mixes pod counts.
 
 Why
-    A per-pod metric (samples labelled `pod`) reports each pod's share: with load L spread over
-    n ready pods each says L/n. A window's plain mean is sample-weighted across pods, so when n
-    changes inside it the instants with more pods weigh more: five pods then twenty, at a
+    A per-pod metric (samples labelled `pod`, or labelled `total` when a sample sums the pods
+    of one instant itself, as the resource source's do) reports each pod's share: with load L
+    spread over n ready pods each says L/n. A window's plain mean is sample-weighted across
+    pods, so when n changes inside it the instants with more pods weigh more: five pods then
+    twenty, at a
     constant L, average (5·L/5 + 20·L/20)/25 = L/12.5 per pod, and a policy multiplying that by
     the twenty pods now ready asks for 1.6× what L needs. The sum over the pods of one instant
     is L whatever n is, so the policy compares that total with ready × target instead
@@ -15,10 +17,10 @@ Instants
     bucket's total is the sum over pods of each pod's last value in it (a pod scraped twice
     in one bucket counts once). A window's totals are the statistics of the buckets that start
     in [start, end): count (instants), mean, max, nearest-rank p95. Buckets older than
-    `horizon` behind the newest sample are dropped, so the state is bounded by
+    the horizon behind the newest sample are dropped, so the state is bounded by
     horizon / resolution buckets of at most one value per pod.
 
-Everything is a value: `add` returns a new `PodTotals` (msgspec-encodable, for the faust table).
+Everything is a value: `add_samples` returns a new `PodTotals` (msgspec-encodable: faust tables).
 """
 
 from __future__ import annotations
@@ -28,16 +30,21 @@ from collections.abc import Iterable
 
 import msgspec
 
-from governor.events import LoadWindow, WindowView
+from governor.events import LoadWindow, MetricSample, WindowView
 from governor.windows import Aggregation, nearest_rank
 
 POD_LABEL = "pod"
+# A sample that already sums pods (the collector's resource source: their mean, with labels
+# `pods` and `total`) is one instant's total by itself, kept under this name.
+TOTAL_LABEL = "total"
+ALL_PODS = "*"
 
 
 class PodTotals(msgspec.Struct, array_like=True, omit_defaults=True):
     """The recent buckets of one (workload, metric): bucket start → {pod: newest value}."""
 
     resolution: float = 1.0
+    horizon: float = 60.0  # seconds of buckets kept behind the newest sample
     buckets: dict[float, dict[str, float]] = msgspec.field(default_factory=dict)
     newest: float | None = None
 
@@ -49,11 +56,9 @@ class Totals(msgspec.Struct, frozen=True):
     p95: float
 
 
-def add(
-    totals: PodTotals, samples: Iterable[tuple[float, str, float]], horizon: float
-) -> PodTotals:
-    """`totals` with (timestamp, pod, value) samples added, buckets older than `horizon` before
-    the newest sample dropped. A pod's sample replaces the one it sent earlier in the same
+def add_samples(totals: PodTotals, samples: Iterable[tuple[float, str, float]]) -> PodTotals:
+    """`totals` with (timestamp, pod, value) samples added, buckets older than its horizon
+    before the newest sample dropped. A pod's sample replaces the one it sent earlier in the same
     bucket (samples come in their partition's offset order, which is each pod's send order)."""
     res = totals.resolution
     buckets = dict(totals.buckets)
@@ -67,9 +72,27 @@ def add(
         buckets[b][pod] = value
         newest = ts if newest is None else max(newest, ts)
     if newest is not None:
-        oldest = newest - horizon
+        oldest = newest - totals.horizon
         buckets = {b: pods for b, pods in buckets.items() if b + res > oldest}
-    return PodTotals(resolution=res, buckets=buckets, newest=newest)
+    return PodTotals(resolution=res, horizon=totals.horizon, buckets=buckets, newest=newest)
+
+
+def pod_sample(sample: MetricSample) -> tuple[float, str, float] | None:
+    """(timestamp, pod, value) of a sample that belongs to a per-pod series, else None."""
+    labels = sample.labels
+    if not labels:
+        return None
+    pod = labels.get(POD_LABEL)
+    if pod:
+        return sample.timestamp, pod, sample.value
+    total = labels.get(TOTAL_LABEL)
+    if total is None:
+        return None
+    try:
+        value = float(total)
+    except ValueError:
+        return None
+    return (sample.timestamp, ALL_PODS, value) if math.isfinite(value) else None
 
 
 def over(totals: PodTotals, start: float, end: float) -> Totals | None:
