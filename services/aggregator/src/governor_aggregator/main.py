@@ -68,8 +68,7 @@ from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
-from governor.pod_totals import POD_LABEL, PodTotals, with_totals
-from governor.pod_totals import add as add_pod_samples
+from governor.pod_totals import PodTotals, add_samples, pod_sample, with_totals
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter
@@ -111,6 +110,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     panic_hop_seconds: float = 2.0
     allowed_lateness_seconds: float = 2.0
     publish_interval_ms: int = 500
+    instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
     http_host: str = "127.0.0.1"
     http_port: int = 8082
     log_level: str = "INFO"
@@ -238,7 +238,8 @@ class Aggregation:
         self.order = StreamOrder(s.gap_timeout_seconds)
         self.resume_at: dict[int, int] | None = None
         self.interval = s.publish_interval_ms / 1000.0
-        self.totals_horizon = s.stable_window_seconds + s.allowed_lateness_seconds
+        horizon = s.stable_window_seconds + s.allowed_lateness_seconds
+        self.no_totals = PodTotals(s.instant_seconds, horizon)
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
         self.published_at: dict[tuple[str, str], float] = {}
@@ -447,9 +448,9 @@ class Aggregation:
             self.window_counters[(v.window, v.closed)].inc()
 
     def pod_totals(self, totals: PodTotals | None, fresh: list[Any]) -> PodTotals | None:
-        """A per-pod series' instants with the fresh samples labelled `pod` added."""
-        pods = [(m.timestamp, p, m.value) for _, m in fresh if (p := m.labels.get(POD_LABEL))]
-        return add_pod_samples(totals or PodTotals(), pods, self.totals_horizon) if pods else totals
+        """A per-pod series' instants with its fresh per-pod samples added."""
+        pods = [p for _, m in fresh if (p := pod_sample(m)) is not None]
+        return add_samples(totals or self.no_totals, pods) if pods else totals
 
     # --- dead letters ------------------------------------------------------------------------
 
