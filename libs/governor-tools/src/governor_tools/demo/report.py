@@ -90,7 +90,9 @@ class Shrink(msgspec.Struct, frozen=True):
     trace_seconds: float
     before: int
     after: int
-    need_cpu: float  # Σ ceil(load / target per pod) × cpu over the services
+    # max over the stable window before it (what the policy could see) of Σ ceil(load / target
+    # per pod) × cpu over the services
+    need_cpu: float
     free_cpu: float  # the pool's cpu minus the job's before the shrink
     needed: bool  # the services' need exceeded what the job left free
 
@@ -101,19 +103,24 @@ def shrinks(rows: list[Sample]) -> list[Shrink]:
     for r in rows:
         by_time[r.trace_seconds][r.workload] = r
     pool_cpu = sc.NODES * sc.NODE_CPU
-    job, out = sc.TRAINING, []
+    job, out, window = sc.TRAINING, [], sc.TRACE_STABLE_WINDOW
     moments = [by_time[t] for t in sorted(by_time) if job.workload in by_time[t]]
-    for a, b in itertools.pairwise(moments):
+
+    def need(m: dict[str, Sample]) -> float:
+        return sum(
+            math.ceil(m[s.workload].load / sc.TARGET_PER_POD) * s.cpu
+            for s in sc.SERVICES
+            if s.workload in m
+        )
+
+    for i, (a, b) in enumerate(itertools.pairwise(moments)):
         before, after = a[job.workload].spec, b[job.workload].spec
         if after >= before:
             continue
-        need = sum(
-            math.ceil(b[s.workload].load / sc.TARGET_PER_POD) * s.cpu
-            for s in sc.SERVICES
-            if s.workload in b
-        )
-        free = pool_cpu - before * job.cpu
-        out.append(Shrink(b[job.workload].trace_seconds, before, after, need, free, need > free))
+        t = b[job.workload].trace_seconds
+        seen = [m for m in moments[: i + 2] if m[job.workload].trace_seconds >= t - window]
+        free, needs = pool_cpu - before * job.cpu, max(need(m) for m in seen)
+        out.append(Shrink(t, before, after, needs, free, needs > free))
     return out
 
 
@@ -124,7 +131,8 @@ def shrink_notes(rows: list[Sample]) -> list[str]:
         return ["training job: never shrank (the services' need at target always fit)"]
     return [
         f"training job {c.before}→{c.after} workers at trace {c.trace_seconds:.0f} s: the "
-        f"services need {c.need_cpu:g} cpu at their target, {c.free_cpu:g} free beside the job: "
+        f"services needed up to {c.need_cpu:g} cpu at their target in the stable window before, "
+        f"{c.free_cpu:g} free beside the job: "
         + ("needed" if c.needed else "NOT needed by the services' load")
         for c in cuts
     ]
