@@ -66,6 +66,10 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
         "topic",
         "key",
     ]
+    # A table write whose changelog fell out of the producer's metadata goes out with
+    # send_and_wait(topic, key, value, partition, timestamp, headers) first (Aggregation.store).
+    wait = list(inspect.signature(faust_aiokafka.Producer.send_and_wait).parameters)
+    assert wait[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
     consumer = faust_aiokafka.Consumer
     for name in ("assignment", "highwater", "topic_partitions"):
         assert callable(getattr(consumer, name)), name
@@ -82,6 +86,7 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     # not the current event's (what lets a batch of several partitions write the table).
     assert table.use_partitioner is True
     assert table.partition_for_key(b"ns/Deployment/a") is None
+    assert table.changelog_topic.get_topic_name().endswith("-changelog")
     assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
     assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)
     # The settings took (an unknown keyword would have been ignored silently).

@@ -28,7 +28,10 @@ upgrade that changes it):
   records it dropped, and then drops the re-fetched ones as already read. The first record
   ahead of a partition's next offset (after the newest offset in the table state of its
   workloads) seeks it back there (`app.consumer.seek`); stale ones are skipped until it comes.
-- load windows go out with `app.producer.send`.
+- load windows go out with `app.producer.send`. A table write takes its changelog partition
+  from the producer's metadata, which aiokafka narrows to the topics it was sent to once one
+  send needed a refresh: a write that finds the changelog gone goes out with `send_and_wait`
+  first (which adds the topic), then into the table (`store`); the agent crashed on it before.
 
 faust 0.15.3 fixes the consumer's fetch wait at 1.5 s (no setting): a partition whose records
 were buffered when a fetch was sent waits for that fetch, so a sample could wait up to 1.5 s.
@@ -68,7 +71,7 @@ from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
-from governor.pod_totals import PodTotals, add_samples, pod_sample, with_totals
+from governor.pod_totals import PodTotals, add_samples, pod_sample
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter
@@ -79,9 +82,9 @@ from governor.windows import (
     estimate,
     hopping,
     ingest_many,
-    to_load_window,
 )
 from governor_aggregator.cli import PREFIX
+from governor_aggregator.messages import load_message, signature
 
 log = logging.getLogger("governor.aggregator")
 
@@ -169,24 +172,6 @@ def broker_credentials(sec: KafkaSecurity) -> Any:
     )
 
 
-def load_message(
-    workload: str,
-    metric: str,
-    closed: Iterable[tuple[WindowKind, WindowAcc]],
-    open_: Iterable[tuple[WindowKind, WindowAcc]],
-    totals: PodTotals | None = None,
-) -> events.LoadWindow | None:
-    """One message for a series: the windows that closed, then the open windows' estimates."""
-    views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
-    views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
-    if not views:
-        return None
-    first, *rest = (with_totals(v, totals) for v in views)
-    fields = events.WindowView.__struct_fields__
-    first.more = [events.WindowView(**{f: getattr(v, f) for f in fields}) for v in rest]
-    return first
-
-
 def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
     """The open windows' running values of one series (those that have samples)."""
     out: list[tuple[WindowKind, WindowAcc]] = []
@@ -196,10 +181,6 @@ def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
         if acc is not None:
             out.append((kind, acc))  # type: ignore[arg-type]
     return out
-
-
-def signature(opened: list[tuple[WindowKind, WindowAcc]]) -> tuple[tuple[float, int], ...]:
-    return tuple((a.start, a.count) for _, a in opened)
 
 
 class Aggregation:
@@ -386,7 +367,15 @@ class Aggregation:
             closed += [("panic", a) for a in closed_panic]
             await self.maybe_publish(workload, metric, series, closed, now)
         if changed:
-            self.table[kb] = _STATE_ENC.encode(state)
+            await self.store(kb, _STATE_ENC.encode(state))
+
+    async def store(self, kb: bytes, value: bytes) -> None:
+        try:
+            self.table[kb] = value
+        except TypeError:  # the changelog dropped out of the producer's metadata (docstring)
+            topic = self.table.changelog_topic.get_topic_name()
+            await self.app.producer.send_and_wait(topic, kb, value, None, None, None)
+            self.table[kb] = value
 
     async def maybe_publish(
         self,
