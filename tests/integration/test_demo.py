@@ -6,6 +6,9 @@ moment the demo prints its kubeconfig) and asserts from what it saw:
 - each web service's replicas track its offered load: Pearson correlation >= 0.7 at some lag of at
   most 60 trace-seconds (the load is what the demo offered, from its timeline.csv);
 - the training job shrank during the services' burst and grew back to its maximum;
+- each service's HPA twin (a real autoscaling/v2 HPA on the real controller, fed by
+  governor-metrics-adapter) scaled its Deployment, and summary.json holds the three arms per
+  service (governor, hpa_live, hpa_sim) with their numbers, and nothing else as an object;
 - no governor service logged at WARNING or above;
 - the run stopped everything (exit 0, the demo's Kafka and control plane are down) and wrote its
   report.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import csv
+import json
 import os
 import re
 import shutil
@@ -29,6 +33,7 @@ import aiohttp
 import pytest
 
 from governor.kube import Kube, connect
+from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
 from governor_tools.demo.kwatch import Watch
 from governor_tools.demo.stack import DEVCLUSTER_SH, KAFKA_SH, REPO_ROOT, script_env
@@ -200,6 +205,27 @@ async def test_demo_stack_headless() -> None:
         r, lag = _best_correlation(loads[s.workload], seen, s.name)
         print(f"{s.name}: corr {r:.3f} at lag {lag:g} trace-s; replicas {[v for _, v in series]}")
         assert r >= 0.7, f"{s.name}: best correlation {r:.3f} (lag {lag:g} trace-s)\n{output}"
+
+    # Each HPA twin was scaled by the real HPA controller, and summary.json says so.
+    summary = json.loads((OUT / "summary.json").read_text())
+    arms = ("governor", "hpa_live", "hpa_sim")
+    numbers = ("violation_seconds", "replica_hours", "scale_events", "peak_replicas")
+    for key, value in summary.items():
+        if key not in {s.name for s in sc.SERVICES}:
+            assert not isinstance(value, dict), f"summary.json: {key} holds an object"
+    for s, t in zip(sc.SERVICES, hpa_twin.TWINS, strict=True):
+        twin = seen.series[t.name]
+        print(f"{t.name}: replicas {[v for _, v in twin]}; summary {summary[s.name]}")
+        assert len(twin) >= 3, f"{t.name}: the HPA barely scaled it: {twin}\n{output}"
+        assert set(summary[s.name]) == set(arms), summary[s.name]
+        for arm in arms:
+            got = summary[s.name][arm]
+            for n in numbers:
+                assert isinstance(got[n], int | float) and got[n] >= 0, (s.name, arm, got)
+        live = summary[s.name]["hpa_live"]
+        assert live["scale_events"] >= 2, (s.name, live)
+        assert live["peak_replicas"] > min(v for _, v in twin), (s.name, live, twin)
+        assert live["peak_replicas"] <= max(v for _, v in twin), (s.name, live, twin)
 
     # The training job shrank during the burst and grew back to its maximum.
     job = seen.series[sc.TRAINING.name]

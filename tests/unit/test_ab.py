@@ -61,3 +61,15 @@ def test_startup_is_measured_from_the_workload_states() -> None:
     ]
     assert ab.startup_from_states(states) == 15.0
     assert ab.startup_from_states(states[:1], default=42.0) == 42.0
+
+
+def test_a_per_pod_series_is_scored_on_its_per_instant_total() -> None:
+    from governor.events import LoadWindow
+    from governor_tools.cli.ab import Records
+
+    r = Records("demo/Deployment/web", since=0.0)
+    common = dict(workload="demo/Deployment/web", metric="rps", window="stable", start=0.0,
+                  count=40, max=12.0, p95=12.0, newest_sample=9.5)  # fmt: skip
+    r.add(LoadWindow(end=10.0, mean=10.0, instants=10, total_mean=200.0, **common), "governor.load")
+    r.add(LoadWindow(end=20.0, mean=10.0, **common), "governor.load")  # not per-pod: the mean
+    assert r.load["rps"] == [(10.0, 200.0), (20.0, 10.0)]

@@ -386,6 +386,20 @@ def test_wanted_sources_conflict_first_policy_wins() -> None:
     assert [(c.kept, c.dropped) for c in conflicts] == [("shop/a", "shop/b")]
 
 
+def test_a_shadow_shares_its_active_policys_sources_without_a_conflict() -> None:
+    shadow = policy("a-eager", prom_metric("rps", "shadow"), prom_metric("lat"))
+    shadow = msgspec.structs.replace(
+        shadow, spec=msgspec.structs.replace(shadow.spec, mode="Shadow")
+    )
+    # "shop/a-eager" sorts before "shop/b": the Active policy still comes first
+    wanted, conflicts = wanted_sources(
+        {"shop/a-eager": shadow, "shop/b": policy("b", prom_metric("rps"))}
+    )
+    assert conflicts == []
+    assert wanted[(W, "rps")].target.policy == "shop/b"
+    assert wanted[(W, "lat")].target.policy == "shop/a-eager"  # only the shadow names it
+
+
 def test_plan_starts_stops_and_restarts_only_what_changed() -> None:
     before, _ = wanted_sources(
         {

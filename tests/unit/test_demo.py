@@ -10,9 +10,9 @@ import pytest
 
 from governor.inventory import DEVICE_JOINT_ALLOCATE, PodSpec, pod_requests
 from governor.spec import policy_from_obj
-from governor_tools.demo import metrics_api
+from governor_tools.demo import hpa_twin, metrics_api
 from governor_tools.demo import scenario as sc
-from governor_tools.demo.report import live_summary, sim_policy
+from governor_tools.demo.report import live_summary, shrinks, sim_policy, summary
 from governor_tools.demo.run import Sample
 from governor_tools.demo.stack import Busy, exclusive
 from governor_tools.sim.traces import from_rows
@@ -109,6 +109,74 @@ def test_live_summary_counts_violation_in_trace_seconds() -> None:
     assert s.violation_seconds == 10  # only [10, 20): 80 > 5 x 10
     assert s.unserved_fraction == pytest.approx(300 / (500 + 800 + 800))
     assert s.peak_replicas == 8
+    assert s.scale_events == 1  # 5 -> 8
+    assert s.peak_need_replicas == 12  # ceil(80 / 7)
+
+
+def test_each_twin_has_the_services_bounds_behavior_and_a_delayed_total_metric() -> None:
+    ts = sc.TimeScale(10.0)
+    for s, t in zip(sc.SERVICES, hpa_twin.TWINS, strict=True):
+        hpa = hpa_twin.hpa_obj(s, ts)
+        spec = hpa["spec"]
+        assert spec["scaleTargetRef"]["name"] == t.name == s.name + "-hpa"
+        assert (spec["minReplicas"], spec["maxReplicas"]) == (s.min_replicas, s.max_replicas)
+        assert spec["behavior"] == sc.web_policy(s, ts)["spec"]["behavior"]
+        (metric,) = spec["metrics"]
+        labels = metric["external"]["metric"]["selector"]["matchLabels"]
+        assert labels["governor.dev/name"] == t.name
+        assert labels["governor.dev/statistic"] == "total"
+        assert labels["governor.dev/delay-seconds"] == "1.5"  # one 15 s sync at 10x
+        assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "7000m"}
+    # its own pool: no node of the twins' pool is one of governor's
+    assert not set(hpa_twin.node_names()) & set(sc.node_names())
+    assert all(
+        hpa_twin.node_obj(n)["metadata"]["labels"]["governor.dev/pool"] == hpa_twin.POOL
+        for n in hpa_twin.node_names()
+    )
+    assert hpa_twin.service_of("frontend-hpa") == "frontend" == hpa_twin.service_of("frontend")
+
+
+def _timeline(job: list[int], load: float) -> list[Sample]:
+    rows = []
+    for i, workers in enumerate(job):
+        t = 10.0 * i
+        rows.append(Sample(t, t, sc.TRAINING.workload, 8, workers, workers, workers, workers))
+        for s in sc.SERVICES:
+            rows.append(Sample(t, t, s.workload, load, 2, 2, 2, workers))
+    return rows
+
+
+def test_a_shrink_is_judged_against_the_services_need_at_target() -> None:
+    # 2 x ceil(140 / 7) x 2 cpu = 80 cpu needed; 128 - 8 x 8 = 64 free beside 8 workers
+    (needed,) = shrinks(_timeline([8, 8, 5, 5], 140.0))
+    assert (needed.before, needed.after, needed.need_cpu, needed.free_cpu) == (8, 5, 80, 64)
+    assert needed.needed
+    (idle,) = shrinks(_timeline([8, 6, 6], 14.0))
+    assert not idle.needed and idle.need_cpu == 8
+
+
+def test_summary_json_holds_the_three_arms_per_service_and_only_numbers_beside() -> None:
+    from governor_tools.demo.report import sim_config
+    from governor_tools.sim.runs import HPA, run_all
+
+    rows = _timeline([8, 8, 5, 5], 140.0)
+    by_wl: dict[str, list[Sample]] = {}
+    for r in rows:
+        by_wl.setdefault(r.workload, []).append(r)
+    for t in hpa_twin.TWINS:
+        by_wl[t.workload] = [msgspec.structs.replace(r, workload=t.workload)
+                             for r in by_wl[sc.SERVICES[0].workload]]  # fmt: skip
+    trace = from_rows("x", [0.0, 10.0, 20.0, 30.0], [140.0] * 4, step=10.0)
+    sims = {s.name: {HPA: run_all(trace, sim_config(), {}, with_hpa=True)[0]}
+            for s in sc.SERVICES}  # fmt: skip
+    out = json.loads(json.dumps(summary(by_wl, sims)))
+    for s in sc.SERVICES:
+        assert set(out[s.name]) == {"governor", "hpa_live", "hpa_sim"}
+        for arm in out[s.name].values():
+            for key in ("violation_seconds", "replica_hours", "scale_events", "peak_replicas"):
+                assert isinstance(arm[key], int | float)
+    others = {k: v for k, v in out.items() if k not in {s.name for s in sc.SERVICES}}
+    assert others == {"training_shrinks": 1, "training_shrinks_needed": 1}
 
 
 def test_simulated_policy_keeps_the_demo_behavior_on_the_total_load() -> None:

@@ -38,6 +38,7 @@ def test_the_selector_names_the_workload_with_the_requests_namespace() -> None:
         (SELECTOR + ",governor.dev/delay-seconds=soon", "not a number"),
         ("governor.dev/kind!=Deployment,governor.dev/name=web", "only equality"),
         ("governor.dev/kind in (A,B),governor.dev/name=web", "only one value"),
+        (SELECTOR + ",governor.dev/statistic=sum", "must be one of mean, total"),
     ],
 )
 def test_a_selector_it_cannot_answer_says_why(selector: str, says: str) -> None:
@@ -100,6 +101,17 @@ def test_the_value_list_is_what_the_hpa_reads() -> None:
     assert item["timestamp"] == "1970-01-01T00:01:40Z"
     assert item["metricLabels"]["governor.dev/name"] == "web"
     assert msgspec.json.decode(em.value_list(q, {}, []))["items"] == []
+
+
+def test_a_total_query_serves_a_per_pod_series_per_instant_total() -> None:
+    q = em.query_for("shop", "rps", SELECTOR + ",governor.dev/statistic=total")
+    assert q.statistic == "total" and em.query_for("shop", "rps", SELECTOR).statistic == "mean"
+    per_pod = msgspec.structs.replace(window(10.0), instants=20, total_mean=200.0)
+    assert em.served(q, per_pod) == 200.0
+    assert em.served(em.query_for("shop", "rps", SELECTOR), per_pod) == 10.0
+    assert em.served(q, window(10.0)) == 10.0  # not per-pod: the series is its own total
+    (item,) = msgspec.json.decode(em.value_list(q, {}, [per_pod]))["items"]
+    assert item["value"] == "200000m"
 
 
 def test_discovery_lists_each_metric_once() -> None:

@@ -69,6 +69,10 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
         "topic",
         "key",
     ]
+    # A table write whose changelog fell out of the producer's metadata goes out with
+    # send_and_wait(topic, key, value, partition, timestamp, headers) first (Aggregation.store).
+    wait = list(inspect.signature(faust_aiokafka.Producer.send_and_wait).parameters)
+    assert wait[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
     consumer = faust_aiokafka.Consumer
     for name in ("assignment", "highwater", "topic_partitions"):
         assert callable(getattr(consumer, name)), name
@@ -97,6 +101,7 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     for key in (b"ns/Deployment/a", b"ns/Deployment/b", b"other/StatefulSet/x"):
         expected = DefaultPartitioner()(key, list(range(n)), list(range(n)))
         assert table.partition_for_key(key) == expected
+    assert table.changelog_topic.get_topic_name().endswith("-changelog")
     assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
     assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)
     # The settings took (an unknown keyword would have been ignored silently).

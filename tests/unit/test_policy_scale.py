@@ -450,3 +450,24 @@ def test_no_fallback_for_resource_metrics_like_keda() -> None:
         r, state = step(spec, state, 4, T0 + t, cpu=None)
         assert (r.desired, r.bound_by) == (4, "stale_hold")
     assert "fallback" not in rules_of(r.reasons)
+
+
+def test_a_resource_metric_allows_for_the_metrics_apis_whole_second_timestamps() -> None:
+    from governor.policy.staleness import stale_after
+    from governor.spec import policy_from_obj
+
+    spec = policy_from_obj(
+        {"apiVersion": "governor.dev/v1alpha1", "kind": "ScalingPolicy",
+         "metadata": {"name": "w", "namespace": "ns"},
+         "spec": {"targetRef": {"kind": "Deployment", "name": "w"}, "maxReplicas": 5,
+                  "metrics": [
+                      {"name": "cpu", "source": {"type": "resource", "resource": "cpu",
+                                                 "intervalSeconds": 0.5},
+                       "target": {"type": "Value", "value": 1.4}},
+                      {"name": "q", "source": {"type": "prometheus", "query": "up",
+                                               "intervalSeconds": 0.5},
+                       "target": {"type": "Value", "value": 1}}]}}
+    ).spec  # fmt: skip
+    cpu, q = spec.metrics
+    assert stale_after(spec, cpu) == 2.5  # 3 intervals + the API's 1 s timestamp resolution
+    assert stale_after(spec, q) == 1.5

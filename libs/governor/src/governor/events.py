@@ -75,6 +75,12 @@ class WindowView(Event):
     p95: float
     newest_sample: float
     closed: bool = True
+    # Per-pod series (samples labelled `pod`): the statistics over the window's instants of the
+    # sum across pods of one instant (`governor.pod_totals`); instants 0: not a per-pod series.
+    instants: int = 0
+    total_mean: float = 0.0
+    total_max: float = 0.0
+    total_p95: float = 0.0
 
 
 class LoadWindow(WindowView, kw_only=True):

@@ -12,10 +12,14 @@ labels, because workload ids (`namespace/kind/name`) contain '/', which label va
           window: stable                 # or panic; default stable
           governor.dev/delay-seconds: "30"   # optional: see below
 
-The value is the window's mean. `delay-seconds` (per metric, else the adapter's
-`delay_seconds`) serves what the adapter held that many seconds ago: a stock Prometheus adapter
-gives an HPA data a scrape interval plus a rule evaluation old, and an A/B comparison must give
-the HPA arm the same staleness.
+The value is the window's mean; with `governor.dev/statistic: total` it is, for a per-pod series
+(samples labelled `pod`), the mean over the window's instants of the sum across pods
+(`governor.pod_totals`): what `sum(rate(...))` gives a stock Prometheus adapter, for an
+`AverageValue` target (a series that is not per-pod is its own total).
+
+`delay-seconds` (per metric, else the adapter's `delay_seconds`) serves what the adapter held that
+many seconds ago: a stock Prometheus adapter gives an HPA data a scrape interval plus a rule
+evaluation old, and an A/B comparison must give the HPA arm the same staleness.
 
 `WindowHistory` keeps, per (workload, metric, window), the windows as they arrived (receive
 time, not event time: the delay is about when a scraper would have seen them), for as long as the
@@ -40,7 +44,9 @@ KIND_LABEL = "governor.dev/kind"
 NAME_LABEL = "governor.dev/name"
 WINDOW_LABEL = "window"
 DELAY_LABEL = "governor.dev/delay-seconds"
+STATISTIC_LABEL = "governor.dev/statistic"
 WINDOWS = ("stable", "panic")
+STATISTICS = ("mean", "total")
 
 Key = tuple[str, str, str]  # (workload, metric, window)
 
@@ -74,6 +80,7 @@ class Query(msgspec.Struct, frozen=True, kw_only=True):
     metric: str
     window: str
     delay_seconds: float | None = None
+    statistic: str = "mean"  # or "total": a per-pod series' per-instant total
 
 
 def parse_selector(selector: str) -> dict[str, str]:
@@ -132,8 +139,13 @@ def query_for(namespace: str, metric: str, selector: str) -> Query:
             raise SelectorError(f"{DELAY_LABEL}={labels[DELAY_LABEL]!r}: not a number") from None
         if not math.isfinite(delay) or delay < 0:
             raise SelectorError(f"{DELAY_LABEL}={labels[DELAY_LABEL]!r}: must be ≥ 0")
+    statistic = labels.get(STATISTIC_LABEL, "mean")
+    if statistic not in STATISTICS:
+        raise SelectorError(
+            f"{STATISTIC_LABEL}={statistic!r}: must be one of {', '.join(STATISTICS)}"
+        )
     return Query(workload=f"{namespace}/{kind}/{name}", metric=metric, window=window,
-                 delay_seconds=delay)  # fmt: skip
+                 delay_seconds=delay, statistic=statistic)  # fmt: skip
 
 
 class WindowHistory:
@@ -188,12 +200,17 @@ def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def served(q: Query, w: LoadWindow) -> float:
+    """The number a query gets of a window: its mean, or its per-instant total if asked."""
+    return w.total_mean if q.statistic == "total" and w.instants else w.mean
+
+
 def value_list(q: Query, selector: dict[str, str], windows: Iterable[LoadWindow]) -> bytes:
     """The ExternalMetricValueList for `windows` (none: an empty list, which the HPA reports
     as 'no metrics returned', so it never scales on a guess)."""
     items = [
         ExternalMetricValue(metricName=q.metric, metricLabels=selector,
-                            timestamp=_stamp(w.end), value=quantity(w.mean))
+                            timestamp=_stamp(w.end), value=quantity(served(q, w)))
         for w in windows
     ]  # fmt: skip
     return msgspec.json.encode(ExternalMetricValueList(items=items))

@@ -28,7 +28,10 @@ upgrade that changes it):
   records it dropped, and then drops the re-fetched ones as already read. The first record
   ahead of a partition's next offset (after the newest offset in the table state of its
   workloads) seeks it back there (`app.consumer.seek`); stale ones are skipped until it comes.
-- load windows go out with `app.producer.send`.
+- load windows go out with `app.producer.send`. A table write takes its changelog partition
+  from the producer's metadata, which aiokafka narrows to the topics it was sent to once one
+  send needed a refresh: a write that finds the changelog gone goes out with `send_and_wait`
+  first (which adds the topic), then into the table (`store`); the agent crashed on it before.
 
 faust 0.15.3 fixes the consumer's fetch wait at 1.5 s (no setting): a partition whose records
 were buffered when a fetch was sent waits for that fetch, so a sample could wait up to 1.5 s.
@@ -68,6 +71,7 @@ from governor.entry import service_settings
 from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
+from governor.pod_totals import PodTotals, add_samples, pod_sample
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter, Tally
@@ -78,9 +82,9 @@ from governor.windows import (
     estimate,
     hopping,
     ingest_many,
-    to_load_window,
 )
 from governor_aggregator.cli import PREFIX
+from governor_aggregator.messages import load_message, signature
 from governor_aggregator.table import MetricWindows, WorkloadTable, WorkloadWindows
 
 log = logging.getLogger("governor.aggregator")
@@ -110,6 +114,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     panic_hop_seconds: float = 2.0
     allowed_lateness_seconds: float = 2.0
     publish_interval_ms: int = 500
+    instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
     http_host: str = "127.0.0.1"
     http_port: int = 8082
     log_level: str = "INFO"
@@ -151,35 +156,6 @@ def broker_credentials(sec: KafkaSecurity) -> Any:
     )
 
 
-def load_message(
-    workload: str,
-    metric: str,
-    closed: Iterable[tuple[WindowKind, WindowAcc]],
-    open_: Iterable[tuple[WindowKind, WindowAcc]],
-) -> events.LoadWindow | None:
-    """One message for a series: the windows that closed, then the open windows' estimates."""
-    views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
-    views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
-    if not views:
-        return None
-    first, rest = views[0], views[1:]
-    first.more = [
-        events.WindowView(
-            window=v.window,
-            start=v.start,
-            end=v.end,
-            count=v.count,
-            mean=v.mean,
-            max=v.max,
-            p95=v.p95,
-            newest_sample=v.newest_sample,
-            closed=v.closed,
-        )
-        for v in rest
-    ]
-    return first
-
-
 def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
     """The open windows' running values of one series (those that have samples)."""
     out: list[tuple[WindowKind, WindowAcc]] = []
@@ -189,10 +165,6 @@ def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
         if acc is not None:
             out.append((kind, acc))  # type: ignore[arg-type]
     return out
-
-
-def signature(opened: list[tuple[WindowKind, WindowAcc]]) -> tuple[tuple[float, int], ...]:
-    return tuple((a.start, a.count) for _, a in opened)
 
 
 class Aggregation:
@@ -231,6 +203,8 @@ class Aggregation:
         self.order = StreamOrder(s.gap_timeout_seconds)
         self.resume_at: dict[int, int] | None = None
         self.interval = s.publish_interval_ms / 1000.0
+        horizon = s.stable_window_seconds + s.allowed_lateness_seconds
+        self.no_totals = PodTotals(s.instant_seconds, horizon)
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
         self.published_at: dict[tuple[str, str], float] = {}
@@ -368,7 +342,8 @@ class Aggregation:
             pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
             stable, closed_stable, late = ingest_many(series.stable, pairs)
             panic, closed_panic, _ = ingest_many(series.panic, pairs)
-            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic)
+            totals = self.pod_totals(series.totals, fresh)
+            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic, totals)
             changed = True
             if late:
                 self.tally.add(self.samples_late, late)
@@ -378,7 +353,15 @@ class Aggregation:
             closed += [("panic", a) for a in closed_panic]
             await self.maybe_publish(workload, metric, series, closed, now)
         if changed:
-            self.table[kb] = _STATE_ENC.encode(state)
+            await self.store(kb, _STATE_ENC.encode(state))
+
+    async def store(self, kb: bytes, value: bytes) -> None:
+        try:
+            self.table[kb] = value
+        except TypeError:  # the changelog dropped out of the producer's metadata (docstring)
+            topic = self.table.changelog_topic.get_topic_name()
+            await self.app.producer.send_and_wait(topic, kb, value, None, None, None)
+            self.table[kb] = value
 
     async def maybe_publish(
         self,
@@ -408,7 +391,7 @@ class Aggregation:
         sig = signature(opened)
         if not closed and sig == self.published.get(key):
             return
-        window = load_message(key[0], key[1], closed, opened)
+        window = load_message(key[0], key[1], closed, opened, series.totals)
         self.published[key] = sig
         self.published_at[key] = now
         if window is not None:
@@ -439,6 +422,11 @@ class Aggregation:
         self.tally.add(self.window_counters[(window.window, window.closed)])
         for v in window.more:
             self.tally.add(self.window_counters[(v.window, v.closed)])
+
+    def pod_totals(self, totals: PodTotals | None, fresh: list[Any]) -> PodTotals | None:
+        """A per-pod series' instants with its fresh per-pod samples added."""
+        pods = [p for _, m in fresh if (p := pod_sample(m)) is not None]
+        return add_samples(totals or self.no_totals, pods) if pods else totals
 
     # --- dead letters ------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import faust
 import msgspec
 
 from governor.metric_records import Partitions
+from governor.pod_totals import PodTotals
 from governor.windows import SeriesWindows
 
 
@@ -22,6 +23,7 @@ class MetricWindows(msgspec.Struct, array_like=True):
     offset: int
     stable: SeriesWindows
     panic: SeriesWindows
+    totals: PodTotals | None = None  # a per-pod series' instants (governor.pod_totals)
 
 
 # The table value of one workload: its series by metric.

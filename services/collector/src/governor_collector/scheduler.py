@@ -76,15 +76,20 @@ class Plan:
 def wanted_sources(
     policies: Mapping[str, ScalingPolicy],
 ) -> tuple[dict[Key, WantedSource], list[Conflict]]:
-    """Every (workload, metric) the policies ask to collect, with its source spec."""
+    """Every (workload, metric) the policies ask to collect, with its source spec.
+
+    A Shadow policy is evaluated on its target's live inputs, so a metric its Active policy
+    already collects is shared, not a conflict (Active policies come first); one only the
+    Shadow names is collected for it."""
     wanted: dict[Key, WantedSource] = {}
     conflicts: list[Conflict] = []
-    for pkey in sorted(policies):
+    for pkey in sorted(policies, key=lambda k: (policies[k].spec.mode == "Shadow", k)):
         policy = policies[pkey]
         for m in policy.spec.metrics:
             key = (policy.workload, m.name)
             if key in wanted:
-                conflicts.append(Conflict(key, wanted[key].target.policy, pkey))
+                if policy.spec.mode != "Shadow":
+                    conflicts.append(Conflict(key, wanted[key].target.policy, pkey))
                 continue
             target = SourceTarget(
                 workload=policy.workload,

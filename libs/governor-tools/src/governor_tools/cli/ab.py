@@ -45,7 +45,9 @@ class Records:
         if isinstance(value, events.LoadWindow):
             for w in views(value):  # one message per series carries several windows
                 if w.window == "stable" and w.end >= self.since:
-                    self.load.setdefault(w.metric, []).append((w.end, w.mean))
+                    # a per-pod series' load is its per-instant total over the pods
+                    load = w.total_mean if w.instants else w.mean
+                    self.load.setdefault(w.metric, []).append((w.end, load))
         elif isinstance(value, events.ScaleDecision):
             if value.decided_at < self.since:
                 return

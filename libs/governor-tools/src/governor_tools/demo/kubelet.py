@@ -11,6 +11,7 @@ does), against the real API server.
   replicaStatuses.Worker.{active, selector}, startTime and a Running condition;
 - emits per-pod samples to the collector's push endpoint: each ready pod of a service reports
   `rps` = offered load / ready replicas; the training job reports its queue of work.
+- runs the HPA twins' pods (governor_tools.demo.hpa_twin) the same way, on their own pool's nodes.
 
 What it does not do: Koordinator's device-allocated annotations are not written (the collector
 would count managed pods' devices as used, see governor.policy.allocate's contract); a resize does
@@ -31,6 +32,7 @@ from typing import Any
 import aiohttp
 
 from governor.kube import Kube, KubeError, resource_path
+from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
 from governor_tools.demo.kwatch import Watch
 from governor_tools.demo.metrics_api import PodUsage
@@ -50,6 +52,7 @@ class Target:
     cpu: float
     gpus: int
     startup_s: float
+    nodes: list[str] = field(default_factory=sc.node_names)  # the pool its pods go to
     spec_replicas: int = 0
     generation: int = 0
     last_status: dict[str, Any] | None = None
@@ -95,10 +98,11 @@ class Kubelet:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        for s in sc.SERVICES:
+        for s in hpa_twin.WEB:  # the HPA twins in a pool of their own
             self.targets[s.name] = Target(
                 s.name, "Deployment", "apps/v1", "deployments", {"app": s.name}, s.cpu, 0,
                 self.web_startup_s,
+                hpa_twin.node_names() if s in hpa_twin.TWINS else sc.node_names(),
             )  # fmt: skip
         job = sc.TRAINING
         self.targets[job.name] = Target(
@@ -193,7 +197,7 @@ class Kubelet:
     # --- pods ---------------------------------------------------------------------------------
 
     def _fit(self, t: Target) -> str | None:
-        for node in sc.node_names():
+        for node in t.nodes:
             on = [p for p in self.pods.values() if p.node == node]
             cpu = sum(p.cpu for p in on)
             gpus = sum(p.gpus for p in on)
@@ -217,8 +221,7 @@ class Kubelet:
 
     def _template(self, t: Target) -> dict[str, Any]:
         if t.kind == "Deployment":
-            s = next(s for s in sc.SERVICES if s.name == t.name)
-            tpl: dict[str, Any] = sc.deployment_obj(s, 0)["spec"]["template"]
+            tpl: dict[str, Any] = sc.deployment_obj(hpa_twin.web(t.name), 0)["spec"]["template"]
             return tpl
         job_tpl: dict[str, Any] = sc.pytorchjob_obj(sc.TRAINING, 0)["spec"]["pytorchReplicaSpecs"][
             "Worker"
@@ -340,7 +343,7 @@ class Kubelet:
 
     def samples(self, now: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for s in sc.SERVICES:
+        for s in hpa_twin.WEB:
             ready = [p for p in self.pods.values() if p.target == s.name and p.ready]
             if not ready:
                 continue

@@ -53,7 +53,7 @@ def _openssl(args: list[str], cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_certs(folder: Path) -> tuple[Path, Path, Path]:
+def make_certs(folder: Path, service: str = SERVICE) -> tuple[Path, Path, Path]:
     """(ca.crt, tls.crt, tls.key) for the Service's name and localhost (openssl CLI)."""
     if shutil.which("openssl") is None:
         raise FileNotFoundError("openssl not found: install openssl to serve metrics.k8s.io")
@@ -65,7 +65,7 @@ def make_certs(folder: Path) -> tuple[Path, Path, Path]:
         ["req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost"], folder
     )
     # The aggregator checks the name <service>.<namespace>.svc, whatever address it dials.
-    svc = f"{SERVICE}.{sc.NAMESPACE}.svc"
+    svc = f"{service}.{sc.NAMESPACE}.svc"
     (folder / "san.ext").write_text(f"subjectAltName=DNS:{svc},DNS:localhost,IP:127.0.0.1\n")
     sign = ["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
     _openssl(

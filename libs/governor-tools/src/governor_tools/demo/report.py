@@ -4,6 +4,12 @@ through the simulator (governor's demo policy and the reference HPA), as PNG and
 Live numbers come from timeline.csv (the workload simulator's view, sampled every tick); the
 simulator replays each service's segment in trace time with the demo's policy at speed 1 and with
 the reference HPA (governor.sim.runs), so the two columns answer "what would HPA have done".
+Each service's HPA twin (governor_tools.demo.hpa_twin) is the real HPA on the same load.
+
+summary.json: `{"<service>": {"governor": {...}, "hpa_live": {...}, "hpa_sim": {...}}}`, each arm
+with violation_seconds, replica_hours, scale_events, peak_replicas in trace time (live arms also
+peak_need_replicas: ceil(peak 1 s offered load / target per pod)); the other top-level keys are
+numbers about the training job's shrinks (`shrinks`), each judged against the services' need.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import base64
 import html
 import itertools
+import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from governor.spec import ScalingPolicySpec, policy_from_obj
+from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
 from governor_tools.sim.replay import Run, SimConfig, Summary
 from governor_tools.sim.runs import HPA, run_all
@@ -33,6 +42,8 @@ class LiveSummary(msgspec.Struct, frozen=True):
     unserved_fraction: float
     replica_hours: float  # trace hours
     peak_replicas: int
+    scale_events: int = 0  # changes of the spec replicas
+    peak_need_replicas: int = 0  # ceil(peak offered load / target per pod)
 
 
 def sim_config() -> SimConfig:
@@ -68,7 +79,90 @@ def live_summary(rows: list[Sample]) -> LiveSummary:
         unserved_fraction=unserved / total if total else 0.0,
         replica_hours=replica_s / 3600,
         peak_replicas=max((r.spec for r in rows), default=0),
+        scale_events=sum(a.spec != b.spec for a, b in itertools.pairwise(rows)),
+        peak_need_replicas=math.ceil(max((r.load for r in rows), default=0) / sc.TARGET_PER_POD),
     )
+
+
+class Shrink(msgspec.Struct, frozen=True):
+    """The training job asked to shrink: what the services needed at their target then."""
+
+    trace_seconds: float
+    before: int
+    after: int
+    # max over the stable window before it (what the policy could see) of Σ ceil(load / target
+    # per pod) × cpu over the services
+    need_cpu: float
+    free_cpu: float  # the pool's cpu minus the job's before the shrink
+    needed: bool  # the services' need exceeded what the job left free
+
+
+def shrinks(rows: list[Sample]) -> list[Shrink]:
+    """Every decrease of the job's spec replicas, judged against the services' need."""
+    by_time: dict[float, dict[str, Sample]] = defaultdict(dict)
+    for r in rows:
+        by_time[r.trace_seconds][r.workload] = r
+    pool_cpu = sc.NODES * sc.NODE_CPU
+    job, out, window = sc.TRAINING, [], sc.TRACE_STABLE_WINDOW
+    moments = [by_time[t] for t in sorted(by_time) if job.workload in by_time[t]]
+
+    def need(m: dict[str, Sample]) -> float:
+        return sum(
+            math.ceil(m[s.workload].load / sc.TARGET_PER_POD) * s.cpu
+            for s in sc.SERVICES
+            if s.workload in m
+        )
+
+    for i, (a, b) in enumerate(itertools.pairwise(moments)):
+        before, after = a[job.workload].spec, b[job.workload].spec
+        if after >= before:
+            continue
+        t = b[job.workload].trace_seconds
+        seen = [m for m in moments[: i + 2] if m[job.workload].trace_seconds >= t - window]
+        free, needs = pool_cpu - before * job.cpu, max(need(m) for m in seen)
+        out.append(Shrink(t, before, after, needs, free, needs > free))
+    return out
+
+
+def shrink_notes(rows: list[Sample]) -> list[str]:
+    """When and why the training job shrank (or that it never did)."""
+    cuts = shrinks(rows)
+    if not cuts:
+        return ["training job: never shrank (the services' need at target always fit)"]
+    return [
+        f"training job {c.before}→{c.after} workers at trace {c.trace_seconds:.0f} s: the "
+        f"services needed up to {c.need_cpu:g} cpu at their target in the stable window before, "
+        f"{c.free_cpu:g} free beside the job: "
+        + ("needed" if c.needed else "NOT needed by the services' load")
+        for c in cuts
+    ]
+
+
+def _arm(summ: LiveSummary | Summary) -> dict[str, float | int]:
+    arm: dict[str, float | int] = {
+        "violation_seconds": summ.violation_seconds,
+        "replica_hours": round(summ.replica_hours, 4),
+        "scale_events": summ.scale_events,
+        "peak_replicas": summ.peak_replicas,
+    }
+    if isinstance(summ, LiveSummary):
+        arm["peak_need_replicas"] = summ.peak_need_replicas
+    return arm
+
+
+def summary(by_wl: dict[str, list[Sample]], sims: dict[str, dict[str, Run]]) -> dict[str, object]:
+    """summary.json's object: per service the three arms; then the job's shrinks, as numbers."""
+    out: dict[str, object] = {}
+    for s, t in zip(sc.SERVICES, hpa_twin.TWINS, strict=True):
+        out[s.name] = {
+            "governor": _arm(live_summary(by_wl[s.workload])),
+            "hpa_live": _arm(live_summary(by_wl[t.workload])),
+            "hpa_sim": _arm(sims[s.name][HPA].summary),
+        }
+    cuts = shrinks([r for rows in by_wl.values() for r in rows])
+    out["training_shrinks"] = len(cuts)
+    out["training_shrinks_needed"] = sum(c.needed for c in cuts)
+    return out
 
 
 def write(demo: Demo, out: Path) -> list[Path]:
@@ -85,7 +179,9 @@ def write(demo: Demo, out: Path) -> list[Path]:
         runs = run_all(trace, config, {GOVERNOR_SIM: spec}, with_hpa=True)
         sims[s.name] = {r.name: r for r in runs}
     png, live_rows = _plot(demo, by_wl, sims, out)
-    return [png, _page(demo, live_rows, png, out)]
+    summary_path = out / "summary.json"
+    summary_path.write_text(json.dumps(summary(by_wl, sims), indent=2) + "\n")
+    return [png, _page(demo, live_rows, png, out), summary_path]
 
 
 def _plot(
@@ -112,6 +208,11 @@ def _plot(
             minutes, [r.ready * c for r in rows], where="post", lw=1.0,
             label="served capacity, live (ready × C)",
         )  # fmt: skip
+        twin_rows = by_wl[hpa_twin.twin(s).workload]
+        ax.step(
+            [r.trace_seconds / 60 for r in twin_rows], [r.ready * c for r in twin_rows],
+            where="post", lw=1.0, label="served capacity, HPA twin live (ready × C)",
+        )  # fmt: skip
         hpa = sims[s.name][HPA]
         ax.step(
             [row.timestamp / 60 for row in hpa.rows], [row.replicas_ready * c for row in hpa.rows],
@@ -126,13 +227,15 @@ def _plot(
         twin.set_ylim(low / c, high / c)
         twin.set_ylabel("replicas")
         ax.set_ylabel("rps")
-        live = live_summary(rows)
+        live, twin_live = live_summary(rows), live_summary(twin_rows)
         live_rows.append((s.name, "governor (live stack)", live))
+        live_rows.append((s.name, "HPA twin (live, real controller)", twin_live))
         for name, run in sims[s.name].items():
             live_rows.append((s.name, name, run.summary))
         ax.set_title(
-            f"Deployment/{s.name} (priority {s.priority}): live {live.violation_seconds:g} "
-            f"violation trace-s vs HPA (sim) {hpa.summary.violation_seconds}",
+            f"Deployment/{s.name} (priority {s.priority}): violation trace-s governor "
+            f"{live.violation_seconds:g}, HPA live {twin_live.violation_seconds:g}, "
+            f"HPA sim {hpa.summary.violation_seconds}",
             fontsize=10,
         )
         h1, l1 = ax.get_legend_handles_labels()
@@ -160,16 +263,16 @@ def _page(
     demo: Demo, live_rows: list[tuple[str, str, LiveSummary | Summary]], png: Path, out: Path
 ) -> Path:
     c = sc.CAPACITY_PER_REPLICA
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("workload", "run", "violation trace-s", "unserved", "replica-hours", "peak")
-    )
+    columns = ("workload", "run", "violation trace-s", "unserved", "replica-hours", "peak",
+               "scale events")  # fmt: skip
+    head = "".join(f"<th>{h}</th>" for h in columns)
     body = ""
     for wl, name, summ in live_rows:
         body += (
             f"<tr><td>{html.escape(wl)}</td><td>{html.escape(name)}</td>"
             f"<td>{summ.violation_seconds:g}</td><td>{summ.unserved_fraction:.2%}</td>"
-            f"<td>{summ.replica_hours:.2f}</td><td>{summ.peak_replicas}</td></tr>"
+            f"<td>{summ.replica_hours:.2f}</td><td>{summ.peak_replicas}</td>"
+            f"<td>{summ.scale_events}</td></tr>"
         )
     lat = sorted(demo.board.latencies)
     pipeline = (
@@ -179,7 +282,7 @@ def _page(
         if lat
         else "no actuation recorded"
     )
-    notes = [pipeline, *demo.ts.describe()] + [
+    notes = [pipeline, *shrink_notes(demo.timeline), *demo.ts.describe()] + [
         f"load {name}: {seg.trace} rows {seg.start}..{seg.start + seg.rows - 1}, mapped to "
         f"{seg.base:g}..{seg.peak:g} rps; C = {c:g} rps per replica, target "
         f"{sc.TARGET_PER_POD:g} rps per ready pod"

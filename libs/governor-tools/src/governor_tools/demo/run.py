@@ -22,7 +22,7 @@ from governor.front_proxy import front_proxy_trust
 from governor.inventory import parse_quantity
 from governor.kube import Kube, KubeError, connect
 from governor.topics import ensure_topics
-from governor_tools.demo import metrics_api
+from governor_tools.demo import hpa_twin, metrics_api
 from governor_tools.demo import scenario as sc
 from governor_tools.demo.kubelet import Kubelet
 from governor_tools.demo.stack import (
@@ -31,6 +31,7 @@ from governor_tools.demo.stack import (
     Stack,
     StackError,
     exclusive,
+    free_port,
     missing_prerequisites,
 )
 from governor_tools.demo.view import Board, Row, line, table
@@ -111,6 +112,12 @@ async def install(kube: Kube, ts: sc.TimeScale, loads: dict[str, float], say: Sa
     for s in sc.SERVICES:
         await _create(kube, sc.deployment_obj(s, sc.initial_replicas(s, loads[s.name])))
         await _create(kube, sc.web_policy(s, ts))
+    shadowed = sc.SERVICES[0]
+    await _create(kube, sc.shadow_policy(shadowed, ts))
+    say(f"shadow policy {shadowed.name}-eager (spec.mode Shadow, {sc.SHADOW_TARGET_PER_POD:g} "
+        f"rps/pod) beside {shadowed.name}'s Active one: `governor ab` scores both")  # fmt: skip
+    replicas = {s.name: sc.initial_replicas(s, loads[s.name]) for s in sc.SERVICES}
+    await hpa_twin.install(kube, ts, replicas)
     await _create(kube, sc.pytorchjob_obj(sc.TRAINING, sc.TRAINING.max_replicas))
     await _create(kube, sc.training_policy(sc.TRAINING, ts))
     job = sc.TRAINING
@@ -119,8 +126,15 @@ async def install(kube: Kube, ts: sc.TimeScale, loads: dict[str, float], say: Sa
         f"{sc.NICS_PER_NODE} RDMA NICs x {sc.VFS_PER_NIC} VFs; workloads: "
         + ", ".join(f"Deployment/{s.name} (priority {s.priority})" for s in sc.SERVICES)
         + f", PyTorchJob/{job.name} (elastic {job.floor}..{job.max_replicas}, "
-        f"{job.gpus} GPU + {job.rdma} RDMA VF per worker, SamePCIe)"
+        f"{job.gpus} GPU + {job.rdma} RDMA VF per worker, SamePCIe); HPA twins "
+        + ", ".join(f"Deployment/{t.name}" for t in hpa_twin.TWINS)
+        + f" under autoscaling/v2 HPAs in pool {hpa_twin.POOL} ({hpa_twin.NODES} nodes)"
     )
+
+
+def sample_period(ts: sc.TimeScale) -> float:
+    """How often the workload simulator sends samples (and the view refreshes), wall seconds."""
+    return min(0.5, ts.wall(sc.TRACE_SAMPLE_PERIOD))
 
 
 def service_env(ts: sc.TimeScale, out: Path) -> dict[str, dict[str, str]]:
@@ -145,6 +159,8 @@ def service_env(ts: sc.TimeScale, out: Path) -> dict[str, dict[str, str]]:
             "PANIC_HOP_SECONDS": f"{round(panic / 2, 3):g}",
             "ALLOWED_LATENESS_SECONDS": f"{min(2.0, panic / 2):g}",
             "PUBLISH_INTERVAL_MS": "200",
+            # the instants of a per-pod series: one per sample the workload simulator sends
+            "INSTANT_SECONDS": f"{sample_period(ts):g}",
         },
         "decider": {
             "GROUP_ID": "demo-decider",
@@ -166,7 +182,7 @@ class Demo:
         self.say = say
         self.ts = sc.TimeScale(opts.speed)
         self.out = opts.out
-        self.stack = Stack(opts.out, say)
+        self.stack = Stack(opts.out, say, hpa_sync_seconds=self.ts.wall(hpa_twin.TRACE_SYNC))
         trace = traces.load(traces.BUILTIN_PREFIX + opts.trace.removeprefix(traces.BUILTIN_PREFIX))
         self.trace = trace
         self.segments = sc.segments(trace, opts.duration * opts.speed)
@@ -180,7 +196,7 @@ class Demo:
         return max(0.0, (now - self.t0) * self.opts.speed) if self.t0 else 0.0
 
     def load(self, service: str, now: float) -> float:
-        return self.segments[service].at(self.trace_seconds(now))
+        return self.segments[hpa_twin.service_of(service)].at(self.trace_seconds(now))
 
     async def _follow(self) -> None:
         consumer = Consumer(
@@ -207,7 +223,7 @@ class Demo:
         b.gpus_used, b.gpus_total = kubelet.gpu_use()
         b.kubelet_errors = kubelet.errors
         snap = kubelet.snapshot()
-        for s in sc.SERVICES:
+        for s in hpa_twin.WEB:
             row = b.rows[s.workload]
             row.load = self.load(s.name, now)
             row.spec, row.ready = snap[s.name].spec, snap[s.name].ready
@@ -245,6 +261,10 @@ class Demo:
             self.board.rows[s.workload] = Row(
                 s.name, "Deployment", s.priority, None, f"{sc.TARGET_PER_POD:g} rps/pod"
             )
+        for twin in hpa_twin.TWINS:
+            self.board.rows[twin.workload] = Row(
+                twin.name, "Deployment", twin.priority, None, f"HPA {sc.TARGET_PER_POD:g} rps/pod"
+            )
         job = sc.TRAINING
         self.board.rows[job.workload] = Row(
             job.name, "PyTorchJob", 0, None, f"queue {sc.TRAIN_QUEUE:g}, floor {job.floor}"
@@ -257,7 +277,7 @@ class Demo:
                 kube,
                 push_url="",  # the collector's, once it runs; nothing is pushed before go_live
                 load=self.load,
-                sample_period_s=min(0.5, ts.wall(sc.TRACE_SAMPLE_PERIOD)),
+                sample_period_s=sample_period(ts),
                 web_startup_s=ts.wall(sc.TRACE_WEB_STARTUP),
                 train_startup_s=ts.wall(sc.TRACE_TRAIN_STARTUP),
             )
@@ -266,8 +286,18 @@ class Demo:
             try:
                 # metrics.k8s.io first: the collector's resource source reads it from the start
                 await self._serve_metrics(kube, metrics)
-                await asyncio.to_thread(self.stack.start_services, service_env(ts, self.out))
+                certs = await asyncio.to_thread(
+                    metrics_api.make_certs, self.out / "adapter-tls", hpa_twin.SERVICE
+                )
+                env, port = service_env(ts, self.out), free_port()
+                env["metrics-adapter"] = hpa_twin.adapter_env(certs, port)
+                await asyncio.to_thread(self.stack.start_services, env)
                 say("services ready: " + ", ".join(p.name for p in self.stack.procs))
+                ok = await hpa_twin.register_adapter(kube, certs[0], port)
+                state = "Available" if ok else "NOT Available"
+                say(f"external.metrics.k8s.io: APIService {hpa_twin.APISERVICE} -> "
+                    f"governor-metrics-adapter :{port}, {state}")  # fmt: skip
+                tasks.append(asyncio.create_task(self._poll_hpas(kube), name="hpas"))
                 kubelet.push_url = f"http://127.0.0.1:{self.stack.collector_port}/v1/samples"
                 tasks.append(asyncio.create_task(self._follow(), name="follow"))
                 tasks.append(asyncio.create_task(self._poll_metrics(kube, metrics), name="metrics"))
@@ -277,6 +307,7 @@ class Demo:
                 trace_min = opts.duration * opts.speed / 60
                 say(f"replaying {opts.duration:g} s ({trace_min:.0f} trace-min)")
                 await self._show(kubelet, tasks)
+                await self._ab()
             finally:
                 for t in tasks:
                     t.cancel()
@@ -317,6 +348,42 @@ class Demo:
                 self.board.metrics_api = f"metrics.k8s.io via the API server: {e}"
             await asyncio.sleep(2.0)
 
+    async def _ab(self) -> None:
+        """`governor ab` on the run's traffic while Kafka still holds it: the Active policy of
+        the first service against its Shadow (out/demo-stack/ab.txt and ab/ab.html)."""
+        s = sc.SERVICES[0]
+        command = ["governor", "ab", s.workload, "--since", f"{self.opts.duration + 60:.0f}s",
+                   "--capacity-per-replica", f"{sc.CAPACITY_PER_REPLICA:g}",
+                   "--bootstrap", self.stack.bootstrap, "--out", str(self.out / "ab")]  # fmt: skip
+        self.say("$ " + " ".join(command))
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=300, check=False
+        )
+        text = done.stdout + done.stderr
+        (self.out / "ab.txt").write_text("$ " + " ".join(command) + "\n" + text)
+        for row in text.rstrip().splitlines():
+            self.say(row)
+
+    async def _poll_hpas(self, kube: Kube) -> None:
+        """The twins' HPAs as the controller left them: desired replicas and the metric read."""
+        while True:
+            for t in hpa_twin.TWINS:
+                row = self.board.rows[t.workload]
+                try:
+                    hpa = await kube.get("autoscaling/v2", "horizontalpodautoscalers", t.name,
+                                         namespace=sc.NAMESPACE)  # fmt: skip
+                except KubeError as e:
+                    row.reason = f"HPA: {e}"
+                    continue
+                status = hpa.get("status") or {}
+                row.desired = status.get("desiredReplicas")
+                if row.desired is not None:
+                    self.desired[t.workload] = int(row.desired)
+                current = (status.get("currentMetrics") or [{}])[0].get("external") or {}
+                value = (current.get("current") or {}).get("averageValue", "-")
+                row.reason = f"HPA: {sc.METRIC} per replica {value} (external, delayed)"
+            await asyncio.sleep(1.0)
+
     async def _warm_up(self, kubelet: Kubelet) -> None:
         deadline = time.monotonic() + 60
         while True:
@@ -329,7 +396,7 @@ class Demo:
 
     async def _show(self, kubelet: Kubelet, tasks: list[asyncio.Task[None]]) -> None:
         end = self.t0 + self.opts.duration
-        period = min(0.5, self.ts.wall(sc.TRACE_SAMPLE_PERIOD))
+        period = sample_period(self.ts)
         last_line = 0.0
 
         def alive() -> None:

@@ -356,6 +356,19 @@ def web_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
     )
 
 
+SHADOW_TARGET_PER_POD = 6.0  # the shadow variant: more headroom per pod than the active 7
+
+
+def shadow_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
+    """A Shadow of the service's policy (`governor ab` scores it against the Active one): the
+    same spec with a lower per-pod target, evaluated on the live inputs and never actuated."""
+    obj = web_policy(s, ts)
+    obj["metadata"]["name"] = f"{s.name}-eager"
+    obj["spec"]["mode"] = "Shadow"
+    obj["spec"]["metrics"][0]["target"]["value"] = SHADOW_TARGET_PER_POD
+    return obj
+
+
 def training_policy(job: TrainingJob, ts: TimeScale) -> dict[str, Any]:
     return _policy(
         job.name,

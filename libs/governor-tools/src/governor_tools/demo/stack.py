@@ -3,9 +3,12 @@ scripts, each cached), and every governor service as a subprocess logging to out
 
 The demo runs its own broker (port 19092) and its own control plane (state dir
 ~/.cache/governor/demo/devcluster), so it never touches the ones tests or users run on the default
-ports, and it resets both at start: every run begins from the same empty state. `stop()` ends
-every process it started (services with SIGTERM then SIGKILL, Kafka and the control plane through
-their scripts' `down`).
+ports, and it resets both at start: every run begins from the same empty state. The control plane
+includes the real HPA controller (`up --with-hpa`, its sync period 15 trace-s scaled like the rest)
+for the HPA twins. GOVERNOR_KAFKA_PORT, GOVERNOR_KAFKA_CONTROLLER_PORT and
+GOVERNOR_DEVCLUSTER_HOME, when set, choose another broker and state dir (one demo per state dir; a
+run resets them). `stop()` ends every process it started (services with SIGTERM then SIGKILL, Kafka
+and the control plane through their scripts' `down`).
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ CRDS = [
     REPO_ROOT / "deploy" / "k8s" / "crds" / "testing" / "pytorchjob.yaml",
     REPO_ROOT / "deploy" / "k8s" / "crds" / "testing" / "koordinator-device.yaml",
 ]
-KAFKA_PORT = 19092
-KAFKA_CONTROLLER_PORT = 19093
+KAFKA_PORT = int(os.environ.get("GOVERNOR_KAFKA_PORT", "19092"))
+KAFKA_CONTROLLER_PORT = int(os.environ.get("GOVERNOR_KAFKA_CONTROLLER_PORT", "19093"))
 CACHE = Path(os.environ.get("GOVERNOR_CACHE", Path.home() / ".cache" / "governor"))
-DEVCLUSTER_HOME = CACHE / "demo" / "devcluster"
+DEVCLUSTER_HOME = Path(os.environ.get("GOVERNOR_DEVCLUSTER_HOME", CACHE / "demo" / "devcluster"))
 
 Say = Callable[[str], None]
 
@@ -65,7 +68,7 @@ class Busy(StackError):
 
 
 @contextlib.contextmanager
-def exclusive(path: Path = CACHE / "demo" / "demo.lock") -> Iterator[None]:
+def exclusive(path: Path = DEVCLUSTER_HOME.parent / "demo.lock") -> Iterator[None]:
     """One demo per machine: they share the broker port and the control plane's state dir, and
     each resets both at start, so a second one would pull the first one's stack from under it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,11 +98,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def script_env() -> dict[str, str]:
+def script_env(hpa_sync_seconds: float = 15.0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["GOVERNOR_KAFKA_PORT"] = str(KAFKA_PORT)
     env["GOVERNOR_KAFKA_CONTROLLER_PORT"] = str(KAFKA_CONTROLLER_PORT)
     env["GOVERNOR_DEVCLUSTER_HOME"] = str(DEVCLUSTER_HOME)
+    env["GOVERNOR_DEVCLUSTER_HPA_SYNC_PERIOD"] = f"{hpa_sync_seconds:g}s"
     return env
 
 
@@ -158,15 +162,16 @@ class Stack:
     kafka_started: bool = False
     cluster_started: bool = False
     collector_port: int = 0
+    hpa_sync_seconds: float = 15.0  # the HPA controller's sync period, wall seconds
     timings: dict[str, float] = field(default_factory=dict)
 
-    def _script(self, script: Path, verb: str, timeout: float) -> str:
+    def _script(self, script: Path, verb: str, timeout: float, *args: str) -> str:
         log = self.out / f"{script.stem}.log"
         with log.open("ab") as err:
             try:
                 done = subprocess.run(
-                    ["bash", str(script), verb],
-                    env=script_env(),
+                    ["bash", str(script), verb, *args],
+                    env=script_env(self.hpa_sync_seconds),
                     stdout=subprocess.PIPE,
                     stderr=err,
                     stdin=subprocess.DEVNULL,
@@ -210,7 +215,7 @@ class Stack:
         )
         self._script(DEVCLUSTER_SH, "reset", 120)
         self.cluster_started = True
-        self.kubeconfig = Path(self._script(DEVCLUSTER_SH, "up", 3600))
+        self.kubeconfig = Path(self._script(DEVCLUSTER_SH, "up", 3600, "--with-hpa"))
         self.timings["control plane"] = time.monotonic() - t
         self.say(f"kubeconfig: {self.kubeconfig}")
 
@@ -231,6 +236,9 @@ class Stack:
                                               "POLICY_SOURCE": "cluster"}),
             ("actuator", "GOVERNOR_ACTUATOR", {"KAFKA__BOOTSTRAP": self.bootstrap,
                                                 "KUBECONFIG": kube, "HTTP__HOST": "127.0.0.1"}),
+            ("metrics-adapter", "GOVERNOR_METRICS_ADAPTER", {"KAFKA__BOOTSTRAP": self.bootstrap,
+                                                              "KUBECONFIG": kube,
+                                                              "HTTP__HOST": "127.0.0.1"}),
         ]  # fmt: skip
         port_var = {
             "collector": "HTTP_PORT",
@@ -238,6 +246,7 @@ class Stack:
             "aggregator": "HTTP_PORT",
             "decider": "HTTP_PORT",
             "actuator": "HTTP__PORT",
+            "metrics-adapter": "HTTP__PORT",
         }
         for name, prefix, values in specs:
             port = free_port()

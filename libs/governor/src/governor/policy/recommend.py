@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from governor.events import Reason, Recommendation, WindowKind, WindowView, WorkloadState
+from governor.pod_totals import total_statistic
 from governor.policy.types import MetricObservation, ScaleResult
 from governor.spec import KafkaLagSource, ScalingPolicy, ScalingPolicySpec
 from governor.windows import statistic
@@ -59,6 +60,8 @@ def observe(
             stable=statistic(stable, metric.aggregation) if stable is not None else None,
             panic=statistic(panic, metric.aggregation) if panic is not None else None,
             newest_sample=newest,
+            stable_total=total_statistic(stable, metric.aggregation) if stable else None,
+            panic_total=total_statistic(panic, metric.aggregation) if panic else None,
         )
     return out
 

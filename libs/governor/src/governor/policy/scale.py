@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 from governor.events import MetricInput, Reason, Rule
+from governor.pod_totals import per_pod_value as _per_pod
 from governor.policy.behavior import (
     limit_rate,
     rate_limit_detail,
@@ -123,6 +124,8 @@ def _observe(ev: _Evaluation, observations: dict[str, MetricObservation]) -> Non
             )  # fmt: skip
             continue
         assert obs is not None
+        # A per-pod series scales on its per-instant total over the ready pods of now.
+        value = _per_pod(m.kind, value, obs.stable_total, ev.ready)
         if zero is not None and not ev.active:
             ev.active = above_activation(zero, value) or above_activation(zero, obs.panic)
         _metric_step(ev, m, obs, value)
@@ -169,7 +172,8 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     if desired > ev.best:
         ev.best, ev.best_rule = desired, rule
     if ev.policy.panic is not None and obs.panic is not None:
-        pd = raw_replicas(m.kind, current, ready, obs.panic, m.target)
+        panic = _per_pod(m.kind, obs.panic, obs.panic_total, ready)
+        pd = raw_replicas(m.kind, current, ready, panic, m.target)
         if ev.panic_desired is None or pd > ev.panic_desired:
             ev.panic_desired, ev.panic_metric = pd, m.name
 

@@ -14,12 +14,16 @@ class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
     `stable` is the stable window's statistic (the policy's `aggregation`: mean, max or p95) and
     `panic` the short window's; None when the window has no samples. `newest_sample` is the event
     time of the newest sample behind them — the policy judges staleness by it.
+    `stable_total` / `panic_total`: the same statistic of the per-instant cross-pod totals, for
+    a per-pod series (`governor.pod_totals`); the policy then scales on them, not on the mean.
     """
 
     metric: str
     stable: float | None
     panic: float | None = None
     newest_sample: float | None = None
+    stable_total: float | None = None
+    panic_total: float | None = None
 
 
 class ScaleInputs(msgspec.Struct, frozen=True):

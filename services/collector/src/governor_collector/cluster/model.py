@@ -383,7 +383,10 @@ class ClusterModel:
                 self._last_selector[p.workload] = (p.metadata.namespace, view.selector)
                 self._policy_selector[key] = (p.metadata.namespace, view.selector)
             if p.workload in workload_out:
-                self._problem(f"{p.workload} is the target of several policies; using the first")
+                if p.spec.mode != "Shadow":  # a Shadow shares its target's state by design
+                    self._problem(
+                        f"{p.workload} is the target of several policies; using the first"
+                    )
                 continue
             pods = (
                 self._candidates(p.metadata.namespace, view.selector)
