@@ -2,7 +2,7 @@
 
 Inputs are plain records (the decisions topic, the audit topic's Actuations, the targets' spec
 replicas and seq annotation sampled from the API server, the closed load windows, the decider's
-recommendations) and the fault-free reference (`Reference`: workload, wall time -> replicas).
+journals of inputs) and the fault-free reference (`Reference`: workload, wall time -> replicas).
 Each function returns a count (0 = fine) or a duration; none reads a clock or does I/O, so each
 is unit-tested on hand-built records (tests/unit/test_chaos_checks.py).
 """
@@ -10,7 +10,7 @@ is unit-tested on hand-built records (tests/unit/test_chaos_checks.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from governor import events
@@ -33,17 +33,16 @@ class SpecSample:
 
 @dataclass(frozen=True)
 class ClosedWindow:
+    """A closed load window on the load topic; `key` names it in a decider's journal."""
+
     workload: str
-    newest_sample: float
+    window: str  # stable | panic
+    start: float
     end: float
 
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A decider's evaluation (a recommendation or a decision): what input it had seen."""
-
-    workload: str
-    newest_input: float
+    @property
+    def key(self) -> tuple[str, str, float]:
+        return (self.workload, self.window, self.start)
 
 
 @dataclass(frozen=True)
@@ -80,18 +79,11 @@ def _applied(actuations: Iterable[events.Actuation]) -> list[events.Actuation]:
 
 
 def lost_windows(
-    closed: Iterable[ClosedWindow], evaluations: Iterable[Evaluation], until: float
+    closed: Iterable[ClosedWindow], evaluated: Collection[tuple[str, str, float]], until: float
 ) -> int:
-    """Closed windows (ending by `until`) that no evaluation saw: none of the workload's
-    recommendations or decisions had input at least as new as the window's newest sample."""
-    newest: dict[str, float] = {}
-    for e in evaluations:
-        newest[e.workload] = max(newest.get(e.workload, float("-inf")), e.newest_input)
-    return sum(
-        1
-        for w in closed
-        if w.end <= until and newest.get(w.workload, float("-inf")) < w.newest_sample
-    )
+    """Closed windows (ending by `until`) that reached no decider's stage 1: their key
+    (workload, window, start) is in no decider's journal of inputs."""
+    return sum(1 for w in closed if w.end <= until and w.key not in evaluated)
 
 
 def duplicate_patches(actuations: Iterable[events.Actuation]) -> int:

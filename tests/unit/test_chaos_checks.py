@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from governor import events
 from tests.chaos.checks import (
     ClosedWindow,
-    Evaluation,
     Reference,
     SpecSample,
     Verdict,
@@ -43,15 +42,17 @@ def flat(n: int) -> Reference:
     return lambda _wl, _t: n
 
 
-def test_a_window_no_evaluation_saw_is_lost() -> None:
-    closed = [ClosedWindow(WL, 10.0, 12.0), ClosedWindow(WL, 20.0, 22.0)]
-    assert lost_windows(closed, [Evaluation(WL, 25.0)], until=30.0) == 0
-    assert lost_windows(closed, [Evaluation(WL, 15.0)], until=30.0) == 1
-    assert lost_windows(closed, [], until=30.0) == 2
+def test_a_window_no_decider_read_is_lost() -> None:
+    closed = [ClosedWindow(WL, "stable", 0.0, 12.0), ClosedWindow(WL, "panic", 6.0, 12.0),
+              ClosedWindow(WL, "stable", 10.0, 22.0)]  # fmt: skip
+    every = {w.key for w in closed}
+    assert lost_windows(closed, every, until=30.0) == 0
+    assert lost_windows(closed, every - {(WL, "panic", 6.0)}, until=30.0) == 1
+    assert lost_windows(closed, set(), until=30.0) == 3
     # windows closing after `until` are not due yet
-    assert lost_windows(closed, [Evaluation(WL, 15.0)], until=21.0) == 0
-    # another workload's evaluation does not count
-    assert lost_windows(closed, [Evaluation("x/Deployment/y", 99.0)], until=30.0) == 2
+    assert lost_windows(closed, {(WL, "stable", 0.0), (WL, "panic", 6.0)}, until=20.0) == 0
+    # the same window of another workload does not count
+    assert lost_windows(closed, {("x/Deployment/y", "stable", 0.0)}, until=12.0) == 2
 
 
 def test_a_seq_applied_twice_is_a_duplicate() -> None:
