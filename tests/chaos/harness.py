@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from governor import events
@@ -324,6 +325,7 @@ class ChaosRun:
         end = time.time()
         await asyncio.sleep(3.0)  # the last windows of the episode reach a decider's journal
         after = self._counts(end)
+        self._dump(fault.name, start, heal, end, ref)
         return checks.Verdict(
             fault=fault.name,
             converge_s=converge if converge is not None else end - heal,
@@ -335,6 +337,30 @@ class ChaosRun:
                 self.recorder.decisions, start, heal + 5.0, ref),
             unaudited=after["unaudited"] - before["unaudited"],
         )  # fmt: skip
+
+    def _dump(self, name: str, start: float, heal: float, end: float, ref: Reference) -> None:
+        """out/episode-<fault>.json: per workload, (t, live, reference) over the episode, and
+        the (workload, seq) carried by a target without an applied Actuation."""
+        live: dict[str, list[tuple[float, int, int]]] = {}
+        for s in self.sampler.samples:
+            if start - 2 <= s.at <= end:
+                live.setdefault(s.workload, []).append(
+                    (round(s.at - heal, 1), s.replicas, ref(s.workload, s.at))
+                )
+        applied = {(a.workload, a.seq) for a in self.recorder.actuations}
+        carried = {(s.workload, s.seq) for s in self.sampler.samples if s.seq is not None}
+        missing = sorted(carried - applied)
+        near = {(w, q + d) for w, q in missing for d in (-1, 0, 1)}
+        audit = [msgspec.to_builtins(a) for a in self.recorder.actuations
+                 if (a.workload, a.seq) in near]  # fmt: skip
+        doc = {
+            "start": start - heal,
+            "end": end - heal,
+            "unaudited": missing,
+            "audit": audit,
+            "live": {w: [x for x in v if x[1] != x[2] or x[0] >= 0] for w, v in live.items()},
+        }
+        (self.out / f"episode-{name}.json").write_bytes(msgspec.json.encode(doc))
 
     def _counts(self, until: float) -> dict[str, int]:
         """Each cumulative check over what was recorded up to `until`."""
