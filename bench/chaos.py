@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import random
 import sys
@@ -103,6 +104,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=REPO / "out" / "chaos")
     p.add_argument("--keep", action="store_true", help="leave the broker and API server up")
     args = p.parse_args()
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the broker-kill's reconnects
     t = time.monotonic()
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)

@@ -113,6 +113,7 @@ def _settings(name: str, i: int, tag: str, out: Path, kubeconfig: Path) -> dict[
             "STEP_SECONDS": f"{ts.wall(sc.TRACE_DECISION_STEP):g}",
             "PENDING_GRACE_SECONDS": f"{max(5.0, ts.wall(sc.TRACE_PENDING_GRACE)):g}",
             "JOURNAL": str(out / f"decider-{i}.journal"),
+            "GROUP_INSTANCE_ID": f"chaos-dec-{tag}-{i}",
         }  # fmt: skip
     config = out / "actuator.yaml"
     config.write_text(
