@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 ARGS ?=
 
-.PHONY: setup components demo demo-stack demo-sim test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down helm clean
+.PHONY: setup components demo demo-stack demo-sim test lint fmt typecheck kafka-up kafka-down devcluster-up devcluster-down helm toxiproxy-up toxiproxy-down clean
 
 setup:
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python >= 3.11"; exit 1; }
@@ -30,8 +30,8 @@ demo-sim: setup
 	$(UV) run --frozen governor simulate $(DEMO_ARGS)
 	@echo "report: $(CURDIR)/out/demo/report.html (and report.png)"
 
-# Every real component the tests use (Debian packages, Kafka's jars, the dev kube-apiserver and
-# helm built from their Go modules): installed or built once, then cached. The same script as
+# Every real component the tests use (Debian packages, Kafka's jars, the dev kube-apiserver,
+# helm and Toxiproxy built from their Go modules): installed or built once, then cached. The same script as
 # .ci/run. The tests' fixtures start what they need and stop what they started.
 components:
 	bash deploy/components.sh ensure
@@ -65,6 +65,12 @@ devcluster-down:
 
 helm:
 	bash deploy/helm/helm.sh build
+
+toxiproxy-up:
+	bash deploy/toxiproxy/toxiproxy.sh up
+
+toxiproxy-down:
+	bash deploy/toxiproxy/toxiproxy.sh down
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache out

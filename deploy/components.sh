@@ -10,7 +10,8 @@
 # sudo) they are installed with apt-get; otherwise the exact command is printed and, under
 # CI=true, the script fails (a missing component would fail the tests there anyway).
 # Built from Go modules and cached (progress on stderr): the dev kube-apiserver + etcd and the
-# kube-controller-manager (HPA controller; deploy/devcluster) and helm (deploy/helm). Resolved from Maven Central and cached: Kafka's jars.
+# kube-controller-manager (HPA controller; deploy/devcluster), helm (deploy/helm) and Toxiproxy
+# (network faults; deploy/toxiproxy). Resolved from Maven Central and cached: Kafka's jars.
 # Docker is not installed: the compose tests need a Docker engine and skip without one.
 set -uo pipefail
 
@@ -96,6 +97,7 @@ build_go_tools() {
   fi
   bash "$HERE/devcluster/devcluster.sh" build || rc=1
   bash "$HERE/helm/helm.sh" build || rc=1
+  bash "$HERE/toxiproxy/toxiproxy.sh" build || rc=1
   if ((rc)) && ! is_ci; then
     log "a build failed: the tests that need it skip"
     return 0

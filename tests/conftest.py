@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.prometheus",
     "tests.fixtures.rabbitmq",
     "tests.fixtures.redis",
+    "tests.fixtures.toxiproxy",
 ]

@@ -34,6 +34,13 @@
 #   GOVERNOR_KAFKA_SECURITY         sasl_ssl: as --secure; plaintext (default): the local play broker
 #   GOVERNOR_KAFKA_SECURE_PORT      the secure broker's client port (default 9094)
 #   GOVERNOR_KAFKA_SECURE_CONTROLLER_PORT  its KRaft controller port (default 9095)
+#   GOVERNOR_KAFKA_PROXIED_PORT     with GOVERNOR_KAFKA_PROXY_PORT (plaintext broker only): a second
+#   GOVERNOR_KAFKA_PROXY_PORT       listener, PROXIED, on 127.0.0.1:PROXIED_PORT that advertises
+#                                   127.0.0.1:PROXY_PORT, where a Toxiproxy proxy forwards to
+#                                   PROXIED_PORT (deploy/toxiproxy). Kafka clients reconnect to the
+#                                   advertised address of the listener they bootstrapped on, so
+#                                   clients bootstrapped at PROXY_PORT stay behind the proxy.
+#                                   Unset (default): no such listener
 #   GOVERNOR_KAFKA_LIB              Kafka's jars, if present already (no Maven resolve)
 #   GOVERNOR_KAFKA_LISTEN_HOST      the secure listener's address (default 127.0.0.1)
 #   GOVERNOR_KAFKA_ADVERTISED_HOST  the host clients use, also in the certificate (default 127.0.0.1)
@@ -67,6 +74,18 @@ if ((SECURE)); then
 else
   PORT="${GOVERNOR_KAFKA_PORT:-9092}"
   CPORT="${GOVERNOR_KAFKA_CONTROLLER_PORT:-9093}"
+fi
+PROXIED_PORT="${GOVERNOR_KAFKA_PROXIED_PORT:-}"
+PROXY_PORT="${GOVERNOR_KAFKA_PROXY_PORT:-}"
+if [[ -n "$PROXIED_PORT" || -n "$PROXY_PORT" ]]; then
+  [[ "$PROXIED_PORT" =~ ^[0-9]+$ && "$PROXY_PORT" =~ ^[0-9]+$ ]] || {
+    echo "kafka.sh: set both GOVERNOR_KAFKA_PROXIED_PORT and GOVERNOR_KAFKA_PROXY_PORT (ports)" >&2
+    exit 2
+  }
+  if ((SECURE)); then
+    echo "kafka.sh: the proxied listener is for the plaintext broker only" >&2
+    exit 2
+  fi
 fi
 VERSION="${GOVERNOR_KAFKA_VERSION:-4.1.2}"
 HEAP="${GOVERNOR_KAFKA_HEAP:-512m}"
@@ -325,13 +344,20 @@ provision() {
 
 # --- config -------------------------------------------------------------------------------------
 # The plaintext broker: one PLAINTEXT listener; topics may appear when a client asks for them.
+# With PROXIED_PORT/PROXY_PORT also a PROXIED listener advertised at the Toxiproxy port.
 plaintext_listeners() {
+  local listen="" advertised="" protocols=""
+  if [[ -n "$PROXIED_PORT" ]]; then
+    listen=",PROXIED://$HOST:$PROXIED_PORT"
+    advertised=",PROXIED://$HOST:$PROXY_PORT"
+    protocols=",PROXIED:PLAINTEXT"
+  fi
   cat <<EOF
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
+listeners=PLAINTEXT://$HOST:$PORT$listen,CONTROLLER://$HOST:$CPORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT$protocols
 # governor creates its topics explicitly; auto-creation only helps ad-hoc tests and tools
 auto.create.topics.enable=true
 EOF

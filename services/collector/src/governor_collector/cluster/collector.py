@@ -18,7 +18,12 @@ the collector was down, including tombstones for what disappeared.
 
 Target kinds (Deployment, StatefulSet, PyTorchJob, Volcano Job, any scalable CRD) are watched
 cluster-wide once a valid policy names them; a kind the API server does not serve is retried.
-Run one instance per cluster (it is the only writer of these topics).
+Leader election. Several instances may run (for availability); they elect a leader on a
+`coordination.k8s.io/v1` Lease (`governor.leader`, client-go's protocol) and only the leader
+publishes. The others keep their watches and caches warm but publish nothing; on winning the
+Lease an instance reads the tables back and publishes only what differs, and on losing it (its
+renew deadline passed, or another holder seen) it stops publishing at once, between two
+messages. The gauge `governor_collector_cluster_leader` is 1 on the leader.
 """
 
 from __future__ import annotations
@@ -27,18 +32,24 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import msgspec
 from aiokafka.errors import KafkaError
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from governor import bus
 from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
 from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
+from governor.leader import LeaseElector
+from governor.lease import check_timing
 from governor.quotas import PodGroup, Queue, ResourceQuota
 from governor.reflector import Reflector
 from governor.retry import retrying
@@ -52,7 +63,14 @@ MESSAGES = Counter(
     ["topic", "kind"],
 )
 
+LEADER = Gauge(
+    "governor_collector_cluster_leader",
+    "1 while this cluster collector holds the leader Lease (only the leader publishes).",
+)
+
 POLICY_API = "governor.dev/v1alpha1"
+# A pod's own namespace (the ServiceAccount's mount): where its Lease lives by default.
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEVICE_API = "scheduling.koordinator.sh/v1alpha1"
 VOLCANO_SCHEDULING_API = "scheduling.volcano.sh/v1beta1"
 
@@ -79,12 +97,34 @@ class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fiel
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz; None: no server
     log_level: str = "INFO"
+    # Leader election on a coordination.k8s.io/v1 Lease (client-go's defaults): only the
+    # holder publishes. False: this instance publishes unconditionally (run exactly one).
+    leader_election: bool = True
+    lease_name: str = "governor-cluster-collector"
+    lease_namespace: str | None = None  # None: the pod's own namespace, else "default"
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+    identity: str | None = None  # unique per live instance; None: <hostname>_<random>
 
     def __post_init__(self) -> None:
         if self.coalesce_ms < 0:
             raise ValueError("coalesce_ms must be >= 0")
         if self.resync_seconds <= 0:
             raise ValueError("resync_seconds must be > 0")
+        check_timing(
+            self.lease_duration_seconds, self.renew_deadline_seconds, self.retry_period_seconds
+        )
+
+    def lease_namespace_or_default(self) -> str:
+        if self.lease_namespace:
+            return self.lease_namespace
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and SA_NAMESPACE_FILE.is_file():
+            return SA_NAMESPACE_FILE.read_text().strip()
+        return "default"
+
+    def identity_or_default(self) -> str:
+        return self.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 class ClusterCollector:
@@ -106,8 +146,37 @@ class ClusterCollector:
         self._kube: Kube | None = None
         self._resolving: set[GVK] = set()
         self.producer: bus.Producer | None = None
+        self.elector: LeaseElector | None = None  # None: publish unconditionally
+        self._reload = False  # set on winning the Lease: re-read the tables before publishing
         self.ready = False
         self.flushes = 0
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leader
+
+    def _on_leadership(self, leader: bool) -> None:
+        LEADER.set(1 if leader else 0)
+        if leader:  # what the previous leader published since our last read is unknown
+            self._reload = True
+            self._wake.set()
+
+    def _start_election(self) -> None:
+        s = self.settings
+        if not s.leader_election:
+            return
+        assert self._kube is not None
+        self.elector = LeaseElector(
+            self._kube,
+            name=s.lease_name,
+            namespace=s.lease_namespace_or_default(),
+            identity=s.identity_or_default(),
+            lease_duration_s=s.lease_duration_seconds,
+            renew_deadline_s=s.renew_deadline_seconds,
+            retry_period_s=s.retry_period_seconds,
+            on_change=self._on_leadership,
+        )
+        self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -232,6 +301,7 @@ class ClusterCollector:
             if self._api is None:
                 self._api = await connect(self.settings.kubeconfig)
             self._kube = Kube(self._api)
+            self._start_election()
             await self._start_watches()
             self.model.mark_all_dirty()
             self._wake.set()
@@ -240,6 +310,7 @@ class ClusterCollector:
             await self._flush_loop()
         finally:
             self.ready = False
+            LEADER.set(0)
             for t in self._tasks:
                 t.cancel()
             for t in self._tasks:
@@ -328,7 +399,13 @@ class ClusterCollector:
             await self._wake.wait()
             await asyncio.sleep(coalesce)
             self._wake.clear()
+            if not self.leading:  # a follower: changes stay dirty until it leads
+                continue
             try:
+                if self._reload:
+                    await self._load_published()
+                    self._reload = False
+                    self.model.mark_all_dirty()
                 changes = self.model.compute(time.time())
             except Exception:  # a bug must not stop the other keys' updates for good
                 log.exception("computing the cluster state failed; retrying in %.1fs", backoff)
@@ -355,7 +432,10 @@ class ClusterCollector:
     async def _publish(self, changes: list[Change]) -> None:
         assert self.producer is not None
         futures: list[tuple[Change, asyncio.Future[Any]]] = []
-        for ch in changes:
+        for i, ch in enumerate(changes):
+            if not self.leading:  # lost the Lease mid-flush: not one message more
+                log.info("lost the lease: %d changes left to the next leader", len(changes) - i)
+                break
             topic = self.topics[ch.table]
             if ch.value is None:
                 fut = await self.producer.send_raw(

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# toxiproxy.sh — a real Toxiproxy (network fault injection: latency, timeouts, cut connections)
+# on 127.0.0.1, built from its Go module (github.com/Shopify/toxiproxy/v2, pinned by go.mod's
+# `tool` line and go.sum here; no binary download) and cached like the dev control plane.
+#
+#   toxiproxy.sh build    build if go.mod/go.sum changed (cached; progress on stderr)
+#   toxiproxy.sh path     build if needed; print the binary's path as the last stdout line
+#   toxiproxy.sh up       build if needed, start, wait for the API; last stdout line = API URL
+#   toxiproxy.sh down     stop (SIGTERM, wait, then SIGKILL)
+#   toxiproxy.sh status   "running <url> pid <pid>" (exit 0) or "stopped" (exit 3)
+#
+# Proxies and toxics are made over its REST API (governor_tools.toxiproxy, the tests' fixture
+# `toxiproxy`); the server starts with none.
+#
+# Environment (all optional):
+#   GOVERNOR_TOXIPROXY_PORT      the REST API's port (default 8474, Toxiproxy's own)
+#   GOVERNOR_TOXIPROXY_BIN_DIR   built binary (default ~/.cache/governor/toxiproxy/bin)
+#   GOVERNOR_TOXIPROXY_HOME      pid and log  (default ~/.cache/governor/toxiproxy/run-<port>)
+#   GOVERNOR_TOXIPROXY_START_TIMEOUT  seconds to wait for the API (default 30)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/governor/toxiproxy"
+HOST=127.0.0.1
+PORT="${GOVERNOR_TOXIPROXY_PORT:-8474}"
+BIN_DIR="${GOVERNOR_TOXIPROXY_BIN_DIR:-$CACHE_ROOT/bin}"
+RUN_DIR="${GOVERNOR_TOXIPROXY_HOME:-$CACHE_ROOT/run-$PORT}"
+START_TIMEOUT="${GOVERNOR_TOXIPROXY_START_TIMEOUT:-30}"
+PKG=github.com/Shopify/toxiproxy/v2/cmd/server
+BIN="$BIN_DIR/toxiproxy-server"
+STAMP_FILE="$BIN_DIR/toxiproxy-server.stamp"
+BUILD_LOG="$BIN_DIR/build.log"
+PIDFILE="$RUN_DIR/toxiproxy.pid"
+LOG="$RUN_DIR/toxiproxy.log"
+URL="http://$HOST:$PORT"
+# shellcheck source=../lib/gobuild.sh
+source "$HERE/../lib/gobuild.sh"
+
+log() { echo "toxiproxy: $*" >&2; }
+die() {
+  echo "toxiproxy: error: $*" >&2
+  exit 1
+}
+
+version() { awk '$1=="github.com/Shopify/toxiproxy/v2" {print $2}' "$HERE/go.mod"; }
+
+stamp() { (cd "$HERE" && cat go.mod go.sum) | sha256sum | cut -d' ' -f1; }
+
+cmd_build() {
+  if [[ -x "$BIN" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$(stamp)" ]]; then
+    return 0
+  fi
+  command -v go >/dev/null 2>&1 ||
+    die "go not found: install Go >= 1.24 (https://go.dev/dl); Debian bookworm's golang (1.19) is too old"
+  mkdir -p "$BIN_DIR"
+  local v
+  v="$(version)"
+  log "building toxiproxy-server $v from its Go module into $BIN (log: $BUILD_LOG)"
+  # The version `toxiproxy-server -version` and GET /version report; -s -w: no symbols.
+  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress toxiproxy-server "$BUILD_LOG" "$BIN.tmp" "$PKG" \
+    -buildvcs=false -trimpath -ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${v#v}"); then
+    tail -n 30 "$BUILD_LOG" >&2 || true
+    die "build failed (full log: $BUILD_LOG)"
+  fi
+  mv -f "$BIN.tmp" "$BIN"
+  stamp >"$STAMP_FILE"
+  log "built: $BIN ($("$BIN" -version 2>/dev/null | head -1 || echo '?'))"
+}
+
+# The pid in the pidfile, if that process is alive and is our server (guards against pid reuse).
+our_pid() {
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "toxiproxy-server -host $HOST -port $PORT" || return 1
+  echo "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# Ready = GET /version answers (no curl needed: bash's /dev/tcp).
+api_ok() {
+  port_open "$PORT" || return 1
+  local reply
+  reply="$(
+    exec 3<>"/dev/tcp/$HOST/$PORT" || exit 1
+    printf 'GET /version HTTP/1.0\r\nHost: %s\r\n\r\n' "$HOST:$PORT" >&3
+    timeout 3 cat <&3
+  )" 2>/dev/null || return 1
+  [[ "$reply" == "HTTP/1."*" 200 "* ]]
+}
+
+cmd_up() {
+  mkdir -p "$RUN_DIR"
+  local pid
+  if pid="$(our_pid)"; then
+    api_ok && {
+      log "already running (pid $pid)"
+      echo "$URL"
+      return 0
+    }
+  elif port_open "$PORT"; then
+    die "port $PORT is in use by something else; set GOVERNOR_TOXIPROXY_PORT"
+  else
+    cmd_build
+    [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.1"
+    # setsid + nohup: the server outlives the shell (and the test session) that started it
+    setsid nohup "$BIN" -host "$HOST" -port "$PORT" >>"$LOG" 2>&1 </dev/null 9>&- &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+    log "started pid $pid, log $LOG"
+  fi
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 20 "$LOG" >&2 || true
+      rm -f "$PIDFILE"
+      die "toxiproxy-server exited during start (log: $LOG)"
+    fi
+    if api_ok; then
+      echo "$URL"
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "toxiproxy-server did not answer on $URL within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
+}
+
+cmd_down() {
+  local pid
+  if ! pid="$(our_pid)"; then
+    rm -f "$PIDFILE"
+    log "not running"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 10))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "pid $pid still alive after 10s; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PIDFILE"
+  log "stopped"
+}
+
+cmd_status() {
+  local pid
+  if pid="$(our_pid)" && api_ok; then
+    echo "running $URL pid $pid"
+  elif [[ -n "${pid:-}" ]]; then
+    echo "starting $URL pid $pid"
+  else
+    echo "stopped"
+    return 3
+  fi
+}
+
+# One command at a time per server: concurrent `up`s wait for each other.
+lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  mkdir -p "$RUN_DIR"
+  exec 9>"$RUN_DIR/.lock"
+  flock -w 600 9 || die "another toxiproxy.sh holds $RUN_DIR/.lock"
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  path)
+    cmd_build
+    echo "$BIN"
+    ;;
+  up) lock; cmd_up ;;
+  down) lock; cmd_down ;;
+  status) cmd_status ;;
+  *)
+    echo "usage: $0 build|path|up|down|status" >&2
+    exit 2
+    ;;
+esac
