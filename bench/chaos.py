@@ -32,23 +32,35 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from governor_tools.toxiproxy import Toxiproxy  # noqa: E402
 from tests.chaos import faults  # noqa: E402
 from tests.chaos.harness import (  # noqa: E402
     DEVCLUSTER_SH,
     KAFKA_SH,
+    TOXIPROXY_SH,
     Broker,
     ChaosRun,
+    Fault,
+    network,
     rss_kib,
     script,
 )
 
+# Toxiproxy's API and the proxies: GOVERNOR_TOXIPROXY_PORT (default 8474) and the three after it.
+TOXIPROXY_PORT = int(os.environ.get("GOVERNOR_TOXIPROXY_PORT", "8474"))
+PROXIED_PORT, PROXY_PORT, APISERVER_PROXY_PORT = (TOXIPROXY_PORT + k for k in (1, 2, 3))
 
-def _infra() -> tuple[str, Path]:
+
+def _infra() -> tuple[str, Path, str]:
+    """A clean broker (with its listener behind Toxiproxy) and control plane; Toxiproxy's URL."""
+    os.environ.setdefault("GOVERNOR_KAFKA_PROXIED_PORT", str(PROXIED_PORT))
+    os.environ.setdefault("GOVERNOR_KAFKA_PROXY_PORT", str(PROXY_PORT))
+    os.environ["GOVERNOR_TOXIPROXY_PORT"] = str(TOXIPROXY_PORT)
     for path in (KAFKA_SH, DEVCLUSTER_SH):
         script(path, "reset", timeout=180)
     bootstrap = script(KAFKA_SH, "up", timeout=900)
     kubeconfig = Path(script(DEVCLUSTER_SH, "up", timeout=3600))
-    return bootstrap, kubeconfig
+    return bootstrap, kubeconfig, script(TOXIPROXY_SH, "up", timeout=900)
 
 
 def _rss(label: str, run: ChaosRun) -> None:
@@ -57,10 +69,19 @@ def _rss(label: str, run: ChaosRun) -> None:
           flush=True)  # fmt: skip
 
 
-async def _main(args: argparse.Namespace, bootstrap: str, kubeconfig: Path) -> int:
+async def _main(args: argparse.Namespace, bootstrap: str, kubeconfig: Path, tp_url: str) -> int:
     chosen = [faults.by_name(n) for n in args.fault] if args.fault else faults.all_faults()
+    args.out.mkdir(parents=True, exist_ok=True)
+    async with Toxiproxy(tp_url) as tp:
+        net = await network(tp, (f"127.0.0.1:{PROXY_PORT}", f"127.0.0.1:{PROXIED_PORT}"),
+                            kubeconfig, f"127.0.0.1:{APISERVER_PROXY_PORT}", args.out)  # fmt: skip
+        return await _episodes(args, ChaosRun(bootstrap, kubeconfig, args.out, Broker(),
+                                              web=args.workloads, net=net), chosen)  # fmt: skip
+
+
+async def _episodes(args: argparse.Namespace, chaos: ChaosRun, chosen: list[Fault]) -> int:
     failed = 0
-    async with ChaosRun(bootstrap, kubeconfig, args.out, Broker(), web=args.workloads) as run:
+    async with chaos as run:
         print(
             f"running: {len(run.workloads)} workloads, services {sorted(run.alive())}", flush=True
         )
@@ -108,13 +129,13 @@ def main() -> int:
     t = time.monotonic()
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    bootstrap, kubeconfig = _infra()
+    bootstrap, kubeconfig, tp_url = _infra()
     try:
-        code = asyncio.run(_main(args, bootstrap, kubeconfig))
+        code = asyncio.run(_main(args, bootstrap, kubeconfig, tp_url))
     finally:
         if not args.keep:
-            script(DEVCLUSTER_SH, "down", timeout=120)
-            script(KAFKA_SH, "down", timeout=120)
+            for path in (TOXIPROXY_SH, DEVCLUSTER_SH, KAFKA_SH):
+                script(path, "down", timeout=120)
     load = os.getloadavg()
     print(f"wall {time.monotonic() - t:.0f} s; load average at end: "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)  # fmt: skip

@@ -6,6 +6,13 @@ broker-kill                SIGKILL the broker, start it again (kafka.sh up, data
 apiserver-restart          stop the devcluster process (kube-apiserver + etcd), start it again
 metric-source-outage       the workload simulator stops reporting samples for 20 s
 node-unhealthy             a node of the pool NotReady with the unreachable taint for 20 s
+decider-broker-latency-2s         (Toxiproxy) 2 s each way between the deciders and the broker, 20 s
+decider-broker-partition-20s      (Toxiproxy) the deciders cut off from the broker for 20 s
+actuator-apiserver-latency-2s     (Toxiproxy) 2 s each way between the actuators and the API server
+actuator-apiserver-partition-20s  (Toxiproxy) the actuators cut off from the API server for 20 s
+
+A partition is Toxiproxy's `timeout` toxic (bytes held, connections left open: a dropped route),
+not a refused connection. The network faults need the run's `Network` (harness.network).
 """
 
 from __future__ import annotations
@@ -78,7 +85,32 @@ async def _node_up(run: ChaosRun) -> None:
     await _node(run, ready=True)
 
 
-def all_faults() -> list[Fault]:
+def _toxic(proxy: str, kind: str) -> Fault:
+    def name_of(run: ChaosRun) -> str:
+        assert run.net is not None, "network faults need ChaosRun(net=...)"
+        return run.net.kafka_proxy if proxy == "kafka" else run.net.apiserver_proxy
+
+    async def inject(run: ChaosRun) -> None:
+        assert run.net is not None
+        if kind == "latency":
+            await run.net.toxiproxy.latency(name_of(run), ms=2000)
+        else:
+            await run.net.toxiproxy.partition(name_of(run))
+
+    async def heal(run: ChaosRun) -> None:
+        assert run.net is not None
+        await run.net.toxiproxy.heal(name_of(run))
+
+    who = "decider-broker" if proxy == "kafka" else "actuator-apiserver"
+    label = f"{who}-latency-2s" if kind == "latency" else f"{who}-partition-20s"
+    return Fault(label, inject, heal, hold_s=OUTAGE_S)
+
+
+def network_faults() -> list[Fault]:
+    return [_toxic(p, k) for p in ("kafka", "apiserver") for k in ("latency", "partition")]
+
+
+def all_faults(with_network: bool = True) -> list[Fault]:
     """Every fault once, in the order `bench/chaos.py --short` runs them."""
     out = [_kill(name, (i,)) for name in PAIRED for i in (0, 1)]
     out += [_kill(name, (0, 1)) for name in PAIRED]
@@ -88,7 +120,7 @@ def all_faults() -> list[Fault]:
         Fault("metric-source-outage", _mute, _unmute, hold_s=OUTAGE_S),
         Fault("node-unhealthy", _node_down, _node_up, hold_s=OUTAGE_S),
     ]
-    return out
+    return out + (network_faults() if with_network else [])
 
 
 def by_name(name: str) -> Fault:

@@ -37,6 +37,7 @@ from governor_tools.demo import scenario as sc
 from governor_tools.demo.kubelet import Kubelet
 from governor_tools.demo.kwatch import Watch
 from governor_tools.demo.run import install
+from governor_tools.toxiproxy import Toxiproxy
 from tests.chaos import checks
 from tests.chaos.load import SPEED, LoadPlan, Reference, reference, web_policy, web_services
 from tests.support.procs import Service, governor_service
@@ -44,6 +45,7 @@ from tests.support.procs import Service, governor_service
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
 DEVCLUSTER_SH = REPO / "deploy" / "devcluster" / "devcluster.sh"
+TOXIPROXY_SH = REPO / "deploy" / "toxiproxy" / "toxiproxy.sh"
 PAIRED = ("collector", "aggregator", "decider", "actuator")
 MAX_WAIT_S = 60.0  # after the heal: converge_s is this when the run never converged
 SAMPLE_S = 0.5
@@ -126,6 +128,51 @@ def _settings(name: str, i: int, tag: str, out: Path, kubeconfig: Path) -> dict[
         )
     )
     return {"KUBECONFIG": kube, "HTTP__HOST": "127.0.0.1", "CONFIG": str(config)}
+
+
+@dataclass
+class Network:
+    """Toxiproxy between the deciders and the broker (they bootstrap at the broker's listener
+    advertised at the proxy, so they stay behind it when they reconnect), and between the
+    actuators and the kube-apiserver (their kubeconfig's server is the proxy)."""
+
+    toxiproxy: Toxiproxy
+    kafka_proxy: str
+    decider_bootstrap: str
+    apiserver_proxy: str
+    actuator_kubeconfig: Path
+
+
+def _proxied_kubeconfig(kubeconfig: Path, listen: str, out: Path) -> tuple[str, Path]:
+    """(the API server's host:port, a copy of `kubeconfig` whose server is `listen`)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    api = str(cluster["server"]).removeprefix("https://")
+    cluster["server"] = f"https://{listen}"
+    proxied = out / "actuator.kubeconfig"
+    proxied.write_text(yaml.safe_dump(config))
+    return api, proxied
+
+
+async def network(
+    toxiproxy: Toxiproxy,
+    kafka: tuple[str, str],
+    kubeconfig: Path,
+    apiserver_listen: str,
+    out: Path,
+) -> Network:
+    """Proxies `kafka` = (listen: the advertised proxy address, upstream: the broker's
+    proxied listener) and the API server (at `apiserver_listen`); a kubeconfig through it."""
+    listen, upstream = kafka
+    names = ("chaos-kafka", "chaos-apiserver")
+    existing = await toxiproxy.proxies()
+    for name in names:
+        if name in existing:
+            await toxiproxy.delete(name)
+    await toxiproxy.create(names[0], listen=listen, upstream=upstream)
+    api, proxied = _proxied_kubeconfig(kubeconfig, apiserver_listen, out)
+    await toxiproxy.create(names[1], listen=apiserver_listen, upstream=api)
+    return Network(toxiproxy, names[0], listen, names[1], proxied)
 
 
 @dataclass
@@ -232,6 +279,7 @@ class ChaosRun:
     control_plane: ControlPlane = field(default_factory=ControlPlane)
     tag: str = field(default_factory=lambda: f"{int(time.time())}")
     web: int = 20
+    net: Network | None = None
     services: dict[str, list[Service]] = field(default_factory=dict)
     plan: LoadPlan = field(init=False)
     recorder: Recorder = field(init=False)
@@ -276,9 +324,13 @@ class ChaosRun:
     def _start_services(self) -> None:
         names = [("cluster-collector", 0)] + [(n, i) for n in PAIRED for i in range(2)]
         for name, i in names:
-            svc = governor_service(name, self.bootstrap,
-                                   _settings(name, i, self.tag, self.out, self.kubeconfig),
-                                   self.out / f"{name}-{i}.log")  # fmt: skip
+            settings = _settings(name, i, self.tag, self.out, self.kubeconfig)
+            bootstrap = self.bootstrap
+            if self.net is not None and name == "decider":
+                bootstrap = self.net.decider_bootstrap
+            if self.net is not None and name == "actuator":
+                settings["KUBECONFIG"] = str(self.net.actuator_kubeconfig)
+            svc = governor_service(name, bootstrap, settings, self.out / f"{name}-{i}.log")
             self.services.setdefault(name, []).append(svc.start())
 
     async def _warm_up(self) -> None:
