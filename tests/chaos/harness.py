@@ -406,7 +406,11 @@ class ChaosRun:
         near = {(w, q + d) for w, q in missing for d in (-1, 0, 1)}
         audit = [msgspec.to_builtins(a) for a in self.recorder.actuations
                  if (a.workload, a.seq) in near]  # fmt: skip
+        decisions = [(round(d.decided_at - heal, 1), d.workload, d.seq, d.from_replicas,
+                      d.to_replicas, round(d.newest_input - heal, 1), [r.rule for r in d.reasons])
+                     for d in self.recorder.decisions if start - 2 <= d.decided_at <= end]  # fmt: skip
         doc = {
+            "decisions": decisions,
             "start": start - heal,
             "end": end - heal,
             "unaudited": missing,
