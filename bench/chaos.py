@@ -108,8 +108,10 @@ def _line(v: object) -> str:
     from tests.chaos.checks import Verdict
 
     assert isinstance(v, Verdict)
-    return (f"{v.line()} scale_down_on_missing={v.scale_down_on_missing} "
-            f"unaudited={v.unaudited} ok={str(v.ok).lower()}")  # fmt: skip
+    return (
+        f"{v.line()} scale_down_on_missing={v.scale_down_on_missing} unaudited={v.unaudited} "
+        f"older_input={v.older_input} ok={str(v.ok).lower()}"
+    )
 
 
 def main() -> int:

@@ -59,6 +59,7 @@ class Verdict:
     regressions: int
     scale_down_on_missing: int
     unaudited: int
+    older_input: int = 0
 
     def line(self) -> str:
         return (
@@ -72,7 +73,7 @@ class Verdict:
             self.converged
             and self.converge_s <= CONVERGE_TARGET_S
             and self.lost == self.duplicates == self.regressions == 0
-            and self.scale_down_on_missing == self.unaudited == 0
+            and self.scale_down_on_missing == self.unaudited == self.older_input == 0
         )
 
 
@@ -115,6 +116,18 @@ def seq_regressions(
             regressions += 1
         seen[s.workload] = max(seen.get(s.workload, s.seq), s.seq)
     return regressions
+
+
+def older_input(decisions: Iterable[events.ScaleDecision]) -> int:
+    """Decisions (in seq order per workload) made on input older than an earlier decision's:
+    a redelivered window must not drive the target back to what older data said."""
+    bad = 0
+    newest: dict[str, float] = {}
+    for d in sorted(decisions, key=lambda d: (d.workload, d.seq)):
+        if d.newest_input < newest.get(d.workload, d.newest_input):
+            bad += 1
+        newest[d.workload] = max(newest.get(d.workload, d.newest_input), d.newest_input)
+    return bad
 
 
 def scale_downs_on_missing_data(

@@ -389,6 +389,7 @@ class ChaosRun:
             scale_down_on_missing=checks.scale_downs_on_missing_data(
                 self.recorder.decisions, start, heal + 5.0, ref),
             unaudited=after["unaudited"] - before["unaudited"],
+            older_input=after["older_input"] - before["older_input"],
         )  # fmt: skip
 
     def _dump(self, name: str, start: float, heal: float, end: float, ref: Reference) -> None:
@@ -406,9 +407,11 @@ class ChaosRun:
         near = {(w, q + d) for w, q in missing for d in (-1, 0, 1)}
         audit = [msgspec.to_builtins(a) for a in self.recorder.actuations
                  if (a.workload, a.seq) in near]  # fmt: skip
-        decisions = [(round(d.decided_at - heal, 1), d.workload, d.seq, d.from_replicas,
-                      d.to_replicas, round(d.newest_input - heal, 1), [r.rule for r in d.reasons])
-                     for d in self.recorder.decisions if start - 2 <= d.decided_at <= end]  # fmt: skip
+        decisions = [
+            (round(d.decided_at - heal, 1), d.workload, d.seq, d.from_replicas, d.to_replicas,
+             round(d.newest_input - heal, 1), [r.rule for r in d.reasons])
+            for d in self.recorder.decisions if start - 2 <= d.decided_at <= end
+        ]  # fmt: skip
         doc = {
             "decisions": decisions,
             "start": start - heal,
@@ -428,6 +431,9 @@ class ChaosRun:
             "duplicates": checks.duplicate_patches(acts),
             "regressions": checks.seq_regressions(acts, samples),
             "unaudited": checks.unaudited(samples, self.recorder.actuations),
+            "older_input": checks.older_input(
+                [d for d in self.recorder.decisions if d.decided_at <= until]
+            ),
         }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from tests.chaos.checks import (
     convergence,
     duplicate_patches,
     lost_windows,
+    older_input,
     scale_downs_on_missing_data,
     seq_regressions,
     unaudited,
@@ -81,6 +83,15 @@ def test_scale_down_on_missing_data_during_the_fault() -> None:
     # down to what the reference asks: the load called for it
     assert scale_downs_on_missing_data([decision(15.0, 8, 4)], 10.0, 20.0, ref) == 0
     assert scale_downs_on_missing_data([decision(15.0, 2, 6)], 10.0, 20.0, ref) == 0
+
+
+def test_a_decision_on_older_input_than_the_last_is_counted() -> None:
+    def d(seq: int, newest: float) -> events.ScaleDecision:
+        return msgspec.structs.replace(decision(float(seq), 1, 2), seq=seq, newest_input=newest)
+
+    assert older_input([d(1, 10.0), d(2, 12.0), d(3, 12.0)]) == 0
+    assert older_input([d(1, 10.0), d(2, 12.0), d(3, 11.0)]) == 1
+    assert older_input([d(3, 11.0), d(1, 10.0), d(2, 12.0)]) == 1  # seq order, not arrival
 
 
 def test_an_applied_seq_without_its_actuation_is_unaudited() -> None:
