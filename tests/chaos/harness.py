@@ -28,7 +28,7 @@ import yaml
 
 from governor import events
 from governor.bus import Consumer
-from governor.kube import Kube, connect
+from governor.kube import Kube, KubeError, connect, resource_path
 from governor.policy.actuation import ANN_SEQ
 from governor.topics import ensure_topics
 from governor.windows import views
@@ -298,6 +298,7 @@ class ChaosRun:
         self.plan = LoadPlan(web_services(self.web))
         await ensure_topics(self.bootstrap)
         self.kube = Kube(await self._stack.enter_async_context(await connect(self.kubeconfig)))
+        await self._clean()
         loads = {s.name: self.plan.level(i, 0) for i, s in enumerate(self.plan.services)}
         await install(self.kube, sc.TimeScale(SPEED), loads, lambda _: None,
                       services=self.plan.services, policy=web_policy)  # fmt: skip
@@ -320,6 +321,16 @@ class ChaosRun:
         self.plan.t0 = time.time()
         self.kubelet.go_live()
         return self
+
+    async def _clean(self) -> None:
+        """No target, pod or policy left in the namespace by an earlier run on this control
+        plane: a target's seq annotation would fence this run's first decisions out."""
+        collections = [("apps/v1", "deployments"), ("kubeflow.org/v1", "pytorchjobs"),
+                       ("v1", "pods"), ("governor.dev/v1alpha1", "scalingpolicies")]  # fmt: skip
+        for api_version, plural in collections:
+            path = resource_path(api_version, plural, namespace=sc.NAMESPACE)
+            with contextlib.suppress(KubeError):  # the CRDs or the namespace not there yet
+                await self.kube.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
 
     def _start_services(self) -> None:
         names = [("cluster-collector", 0)] + [(n, i) for n in PAIRED for i in range(2)]
