@@ -15,6 +15,7 @@ within +-1 for 10 s in a row) within 30 s of the heal.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import pytest
 from governor_tools.toxiproxy import Toxiproxy
 from tests.chaos import faults
 from tests.chaos.checks import CONVERGE_TARGET_S
-from tests.chaos.harness import Broker, ChaosRun, network
+from tests.chaos.harness import REPO, Broker, ChaosRun, network
 from tests.fixtures.toxiproxy import ProxiedKafka
 from tests.support.procs import free_port
 
@@ -37,8 +38,13 @@ CI_FAULTS = (
 
 
 async def test_governor_holds_through_kills_a_broker_restart_and_a_partition(
-    proxied_kafka: ProxiedKafka, toxiproxy: Toxiproxy, kubeconfig_path: Path, tmp_path: Path
+    proxied_kafka: ProxiedKafka, toxiproxy: Toxiproxy, kubeconfig_path: Path
 ) -> None:
+    # The run's logs, journals and per-fault records (episode-<fault>.json) where they outlive
+    # pytest's rotation of its temporary directories.
+    tmp_path = REPO / "out" / "chaos-test"
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    tmp_path.mkdir(parents=True)
     net = await network(
         toxiproxy, (proxied_kafka.proxied, proxied_kafka.upstream), kubeconfig_path,
         f"127.0.0.1:{free_port()}", tmp_path,
