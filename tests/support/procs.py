@@ -89,7 +89,8 @@ def governor_service(
     """`governor-<name>` on the broker `bootstrap`, /healthz and /metrics on `port` (a free one).
 
     `settings` are the service's typed settings by field (`LOAD_TOPIC`, `KAFKA__BOOTSTRAP` is
-    given, under the field name `_FIELDS` says); they become its `GOVERNOR_<NAME>_*` environment, as compose and the manifests set them.
+    given, under the field name `_FIELDS` says); they become its `GOVERNOR_<NAME>_*`
+    environment, as compose and the manifests set them.
     """
     port = free_port() if port is None else port
     prefix = f"GOVERNOR_{name.upper().replace('-', '_')}_"
