@@ -70,6 +70,14 @@ class Service:
             return r.read().decode()
 
 
+# Where a service's settings keep the broker and its HTTP port: the cluster collector's are flat,
+# the actuator's HTTP settings are a section; the others' as the default.
+_FIELDS = {
+    "actuator": ("KAFKA__BOOTSTRAP", "HTTP__PORT"),
+    "cluster-collector": ("BOOTSTRAP", "METRICS_PORT"),
+}
+
+
 def governor_service(
     name: str,
     bootstrap: str,
@@ -81,9 +89,11 @@ def governor_service(
     """`governor-<name>` on the broker `bootstrap`, /healthz and /metrics on `port` (a free one).
 
     `settings` are the service's typed settings by field (`LOAD_TOPIC`, `KAFKA__BOOTSTRAP` is
-    given); they become its `GOVERNOR_<NAME>_*` environment, as compose and the manifests set them.
+    given, under the field name `_FIELDS` says); they become its `GOVERNOR_<NAME>_*`
+    environment, as compose and the manifests set them.
     """
     port = free_port() if port is None else port
-    prefix = f"GOVERNOR_{name.upper()}_"
-    values = {"KAFKA__BOOTSTRAP": bootstrap, "HTTP_PORT": str(port), **settings}
+    prefix = f"GOVERNOR_{name.upper().replace('-', '_')}_"
+    bootstrap_field, port_field = _FIELDS.get(name, ("KAFKA__BOOTSTRAP", "HTTP_PORT"))
+    values = {bootstrap_field: bootstrap, port_field: str(port), **settings}
     return Service(f"governor-{name}", {prefix + k: v for k, v in values.items()}, port, log_path)

@@ -82,6 +82,12 @@ def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     group_id: str = "governor-decider"
+    # Static group membership (KIP-345): a stable name per replica (a StatefulSet's pod name).
+    # A SIGKILLed decider restarted under the same name gets its partitions back at once; without
+    # one its windows wait for the group to drop the dead member (session_timeout_ms, 30 s).
+    # Leave unset where a restart gets a new name (a Deployment): a gone static member's
+    # partitions wait out the session timeout however it left.
+    group_instance_id: str | None = None
     tick_seconds: float = 1.0
     step_seconds: float = 15.0
     pending_grace_seconds: float = 60.0
@@ -153,6 +159,11 @@ class Decider:
             # An assignment reads the checkpoints table (seconds at 10,000 workloads on a loaded
             # machine): a 10 s session let the group drop the member meanwhile, round and round.
             session_timeout_ms=30_000,
+            **(
+                {"group_instance_id": settings.group_instance_id}
+                if settings.group_instance_id
+                else {}
+            ),
         )
         path = settings.journal
         # One journal per stage (replay each through a core of that role).

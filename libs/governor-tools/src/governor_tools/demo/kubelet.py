@@ -89,6 +89,11 @@ class Kubelet:
     web_startup_s: float
     train_startup_s: float
     started_at: float = field(default_factory=time.time)
+    services: tuple[sc.WebService, ...] = hpa_twin.WEB  # the demo's services and their twins
+    # More collectors' push endpoints: a push that fails goes to the next one (redundant
+    # collectors, as a load balancer in front of them would do).
+    push_fallbacks: tuple[str, ...] = ()
+    muted: bool = False  # no samples while set (a metric source outage)
     targets: dict[str, Target] = field(default_factory=dict)
     pods: dict[str, PodRec] = field(default_factory=dict)
     warm: bool = True  # until `go_live`: new pods are ready at once (the initial replicas)
@@ -98,7 +103,7 @@ class Kubelet:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        for s in hpa_twin.WEB:  # the HPA twins in a pool of their own
+        for s in self.services:  # the HPA twins (in a pool of their own) among them
             self.targets[s.name] = Target(
                 s.name, "Deployment", "apps/v1", "deployments", {"app": s.name}, s.cpu, 0,
                 self.web_startup_s,
@@ -221,7 +226,8 @@ class Kubelet:
 
     def _template(self, t: Target) -> dict[str, Any]:
         if t.kind == "Deployment":
-            tpl: dict[str, Any] = sc.deployment_obj(hpa_twin.web(t.name), 0)["spec"]["template"]
+            s = next(s for s in self.services if s.name == t.name)
+            tpl: dict[str, Any] = sc.deployment_obj(s, 0)["spec"]["template"]
             return tpl
         job_tpl: dict[str, Any] = sc.pytorchjob_obj(sc.TRAINING, 0)["spec"]["pytorchReplicaSpecs"][
             "Worker"
@@ -343,7 +349,7 @@ class Kubelet:
 
     def samples(self, now: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for s in hpa_twin.WEB:
+        for s in self.services:
             ready = [p for p in self.pods.values() if p.target == s.name and p.ready]
             if not ready:
                 continue
@@ -376,16 +382,21 @@ class Kubelet:
             while True:
                 next_at += self.sample_period_s
                 await asyncio.sleep(max(0.0, next_at - time.time()))
-                if self.warm:
+                if self.warm or self.muted:
                     continue
                 body = {"samples": self.samples(time.time())}
-                try:
-                    async with http.post(self.push_url, json=body) as resp:
-                        if resp.status != 200:
-                            log.info("push: %s %s", resp.status, await resp.text())
-                            self.errors += 1
-                        else:
-                            self.samples_sent += len(body["samples"])
-                except (aiohttp.ClientError, OSError) as e:
-                    self.errors += 1
-                    log.info("push: %s", e)
+                for url in (self.push_url, *self.push_fallbacks):
+                    if await self._push(http, url, body):
+                        self.samples_sent += len(body["samples"])
+                        break
+
+    async def _push(self, http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> bool:
+        try:
+            async with http.post(url, json=body) as resp:
+                if resp.status == 200:
+                    return True
+                log.info("push: %s %s", resp.status, await resp.text())
+        except (aiohttp.ClientError, OSError) as e:
+            log.info("push: %s", e)
+        self.errors += 1
+        return False

@@ -81,7 +81,17 @@ async def _create(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
     return await kube.apply(obj, field_manager="governor-demo")
 
 
-async def install(kube: Kube, ts: sc.TimeScale, loads: dict[str, float], say: Say) -> None:
+async def install(
+    kube: Kube,
+    ts: sc.TimeScale,
+    loads: dict[str, float],
+    say: Say,
+    services: tuple[sc.WebService, ...] = sc.SERVICES,
+    policy: Callable[[sc.WebService, sc.TimeScale], dict[str, Any]] = sc.web_policy,
+    with_twins: bool = True,
+) -> None:
+    """CRDs, the namespace, the pool's nodes and devices, `services` (each with `policy`) at
+    the replicas their first load asks for, and the training job at its maximum."""
     for path in CRDS:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
@@ -109,22 +119,23 @@ async def install(kube: Kube, ts: sc.TimeScale, loads: dict[str, float], say: Sa
             "v1", "nodes", name, {"status": node["status"]}, subresource="status"
         )
         await _create(kube, sc.device_obj(name))
-    for s in sc.SERVICES:
+    for s in services:
         await _create(kube, sc.deployment_obj(s, sc.initial_replicas(s, loads[s.name])))
-        await _create(kube, sc.web_policy(s, ts))
-    shadowed = sc.SERVICES[0]
-    await _create(kube, sc.shadow_policy(shadowed, ts))
-    say(f"shadow policy {shadowed.name}-eager (spec.mode Shadow, {sc.SHADOW_TARGET_PER_POD:g} "
-        f"rps/pod) beside {shadowed.name}'s Active one: `governor ab` scores both")  # fmt: skip
-    replicas = {s.name: sc.initial_replicas(s, loads[s.name]) for s in sc.SERVICES}
-    await hpa_twin.install(kube, ts, replicas)
+        await _create(kube, policy(s, ts))
+    if with_twins:
+        shadowed = sc.SERVICES[0]
+        await _create(kube, sc.shadow_policy(shadowed, ts))
+        say(f"shadow policy {shadowed.name}-eager (spec.mode Shadow, {sc.SHADOW_TARGET_PER_POD:g} "
+            f"rps/pod) beside {shadowed.name}'s Active one: `governor ab` scores both")  # fmt: skip
+        replicas = {s.name: sc.initial_replicas(s, loads[s.name]) for s in sc.SERVICES}
+        await hpa_twin.install(kube, ts, replicas)
     await _create(kube, sc.pytorchjob_obj(sc.TRAINING, sc.TRAINING.max_replicas))
     await _create(kube, sc.training_policy(sc.TRAINING, ts))
     job = sc.TRAINING
     say(
         f"pool {sc.POOL}: {sc.NODES} nodes x {sc.NODE_CPU} cpu, {sc.GPUS_PER_NODE} GPUs, "
         f"{sc.NICS_PER_NODE} RDMA NICs x {sc.VFS_PER_NIC} VFs; workloads: "
-        + ", ".join(f"Deployment/{s.name} (priority {s.priority})" for s in sc.SERVICES)
+        + ", ".join(f"Deployment/{s.name} (priority {s.priority})" for s in services)
         + f", PyTorchJob/{job.name} (elastic {job.floor}..{job.max_replicas}, "
         f"{job.gpus} GPU + {job.rdma} RDMA VF per worker, SamePCIe); HPA twins "
         + ", ".join(f"Deployment/{t.name}" for t in hpa_twin.TWINS)
