@@ -20,7 +20,8 @@ there a second time -- a redelivery, refused as `stale` by the fence. The test a
 decisions for a Deployment in a namespace the actuator's config allows but its RBAC does not: the
 API server answers 403, the actuation fails (`kube_403`).
 
-A real Prometheus (Debian's 2.42) scrapes the four services every second with governor's alert
+A cluster collector runs too, on tables of this run alone, for its metrics (the leader Lease).
+A real Prometheus (Debian's 2.42) scrapes the five services every second with governor's alert
 rules loaded -- a copy of deploy/prometheus/rules/governor.rules.yaml whose `for:` are all 3 s,
 expressions untouched. Then:
 
@@ -238,6 +239,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     await admin.apply(deployment(ns, "web", 1), field_manager="tests")
 
     agg_port, dec_port, col_port, act_port = free_port(), free_port(), free_port(), free_port()
+    cc_port = free_port()
     rules = short_for_copy(RULES, tmp_path / "governor.rules.yaml", "3s")
     prom = governor_prometheus(
         tmp_path / "prometheus",
@@ -246,6 +248,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "governor-aggregator": agg_port,
             "governor-decider": dec_port,
             "governor-actuator": act_port,
+            "governor-cluster-collector": cc_port,
         },
         [rules],
     )
@@ -414,7 +417,29 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         act_port,
         tmp_path / "actuator.log",
     )
-    services = [aggregator, decider, collector, actuator]
+    # A cluster collector for its own metrics (the leader Lease's alerts): its tables go to
+    # topics of this run alone, since the test plays the cluster on the shared ones.
+    cc_topics = [
+        dataclasses.replace(t, name=f"obs-{t.name}-{unique_suffix}")
+        for t in (events.POLICIES, events.WORKLOADS, events.CLUSTER)
+    ]
+    await ensure_topics(bootstrap, cc_topics)
+    cluster_collector = governor_service(
+        "cluster-collector",
+        bootstrap,
+        {
+            "KUBECONFIG": str(kubeconfig_path),
+            "POLICIES_TOPIC": cc_topics[0].name,
+            "WORKLOADS_TOPIC": cc_topics[1].name,
+            "CLUSTER_TOPIC": cc_topics[2].name,
+            "METRICS_HOST": "127.0.0.1",
+            "LEASE_NAME": f"obs-{unique_suffix}",
+            "LEASE_NAMESPACE": ns,
+        },
+        tmp_path / "cluster-collector.log",
+        port=cc_port,
+    )
+    services = [aggregator, decider, collector, actuator, cluster_collector]
 
     follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
     actuations = ActuationLog(bootstrap, actuations_topic.name)
