@@ -53,6 +53,8 @@ NEED_MB_WARM=3300 # modules already downloaded, build cache empty
 
 # shellcheck source=../lib/gobuild.sh
 source "$HERE/../lib/gobuild.sh"
+# shellcheck source=../lib/proc.sh
+source "$HERE/../lib/proc.sh"
 
 log() { echo "devcluster: $*" >&2; }
 die() {
@@ -73,19 +75,6 @@ ldflags() { # strip symbols; stamp the version the API server reports (/version,
 
 stamp() { # what the binary is built from: go.mod, go.sum, main.go (+ the link flags)
   { (cd "$HERE" && cat go.mod go.sum main.go) && ldflags; } | sha256sum | cut -d' ' -f1
-}
-
-need_go() {
-  command -v go >/dev/null 2>&1 ||
-    die "go not found: install Go ≥ 1.24 (https://go.dev/dl or apt-get install golang); Go < 1.26 fetches the go1.26 toolchain itself (GOTOOLCHAIN=auto)"
-  local v
-  v="$(go env GOVERSION 2>/dev/null || true)" # e.g. go1.26.8; empty for Go < 1.14
-  v="${v#go}"
-  local major="${v%%.*}" rest="${v#*.}"
-  local minor="${rest%%.*}"
-  if [[ -z "$v" || "$major" != 1 || ! "$minor" =~ ^[0-9]+$ || "$minor" -lt 21 ]]; then
-    die "go ${v:-(unknown version)} is too old: install Go ≥ 1.24 (https://go.dev/dl); Debian bookworm's golang (1.19) cannot build this"
-  fi
 }
 
 free_mb() { # free MiB on the filesystem holding $1 (or its closest existing parent)
@@ -112,17 +101,13 @@ check_disk() {
   fi
 }
 
-is_built() {
-  [[ -x "$BIN" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$(stamp)" ]]
-}
+is_built() { go_is_built "$BIN" "$STAMP_FILE" "$(stamp)"; }
 
 kcm_stamp() { # go.mod + go.sum pin every package of it (+ the link flags)
   { (cd "$HERE" && cat go.mod go.sum) && echo "$KCM_PKG" && ldflags; } | sha256sum | cut -d' ' -f1
 }
 
-kcm_is_built() {
-  [[ -x "$KCM_BIN" && -f "$KCM_STAMP_FILE" && "$(cat "$KCM_STAMP_FILE")" == "$(kcm_stamp)" ]]
-}
+kcm_is_built() { go_is_built "$KCM_BIN" "$KCM_STAMP_FILE" "$(kcm_stamp)"; }
 
 cmd_build_kcm() {
   if kcm_is_built; then
@@ -134,12 +119,9 @@ cmd_build_kcm() {
   mkdir -p "$BIN_DIR"
   log "building kube-controller-manager $(k8s_version) into $KCM_BIN (log: $KCM_BUILD_LOG)"
   local start=$SECONDS
-  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress kube-controller-manager "$KCM_BUILD_LOG" "$KCM_BIN.tmp" "$KCM_PKG" -buildvcs=false -trimpath -ldflags="$(ldflags)"); then
-    tail -n 30 "$KCM_BUILD_LOG" >&2 || true
+  (cd "$HERE" && go_build_stamped kube-controller-manager "$KCM_BUILD_LOG" "$KCM_BIN" "$KCM_STAMP_FILE" "$(kcm_stamp)" \
+    "$KCM_PKG" -buildvcs=false -trimpath -ldflags="$(ldflags)") ||
     die "kube-controller-manager build failed (full log: $KCM_BUILD_LOG)"
-  fi
-  mv -f "$KCM_BIN.tmp" "$KCM_BIN"
-  kcm_stamp >"$KCM_STAMP_FILE"
   log "kube-controller-manager built in $((SECONDS - start))s"
 }
 
@@ -154,23 +136,13 @@ cmd_build() {
   log "building kube-apiserver $(k8s_version) + etcd into $BIN"
   log "a first build takes 5-20 min on 2 cores, ~2 GiB RAM and ~3 GiB of Go caches; log: $BUILD_LOG"
   local start=$SECONDS
-  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress devcluster "$BUILD_LOG" "$BIN.tmp" . -buildvcs=false -trimpath -ldflags="$(ldflags)"); then
-    tail -n 30 "$BUILD_LOG" >&2 || true
+  (cd "$HERE" && go_build_stamped devcluster "$BUILD_LOG" "$BIN" "$STAMP_FILE" "$(stamp)" \
+    . -buildvcs=false -trimpath -ldflags="$(ldflags)") ||
     die "build failed (full log: $BUILD_LOG)"
-  fi
-  mv -f "$BIN.tmp" "$BIN"
-  stamp >"$STAMP_FILE"
   log "built in $((SECONDS - start))s"
 }
 
-pid_alive() { # our binary, with our state dir, is running as the pid in the pidfile
-  [[ -f "$PIDFILE" ]] || return 1
-  local pid args
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  args="$(ps -o args= -p "$pid" 2>/dev/null || true)"
-  [[ "$args" == *devcluster*"-state-dir $RUN_DIR -v "* ]]
-}
+pid_alive() { pid_of "$PIDFILE" "-state-dir $RUN_DIR -v " >/dev/null; } # our binary, our state dir
 
 ready() {
   [[ -f "$RUN_DIR/api-url" && -f "$RUN_DIR/pki/ca.crt" ]] || return 1
@@ -230,14 +202,7 @@ cmd_up() {
 
 # --- kube-controller-manager (HPA controller only) -----------------------------------------
 
-kcm_alive() { # our kube-controller-manager, with our kubeconfig, runs as the pid in its pidfile
-  [[ -f "$KCM_PIDFILE" ]] || return 1
-  local pid args
-  pid="$(cat "$KCM_PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  args="$(ps -o args= -p "$pid" 2>/dev/null || true)"
-  [[ "$args" == *kube-controller-manager*"--kubeconfig=$KCM_KUBECONFIG "* ]]
-}
+kcm_alive() { pid_of "$KCM_PIDFILE" "--kubeconfig=$KCM_KUBECONFIG " >/dev/null; } # ours, our kubeconfig
 
 kcm_ready() {
   [[ -f "$RUN_DIR/kcm-port" ]] || return 1
@@ -324,10 +289,7 @@ kcm_down() { # the lock is held
   fi
   local pid
   pid="$(cat "$KCM_PIDFILE")"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 30))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-  kill -KILL "$pid" 2>/dev/null || true
+  stop_pid "$pid" 30 || true
   rm -f "$KCM_PIDFILE" "$RUN_DIR/kcm-port" "$RUN_DIR/kcm-sync-period"
   log "kube-controller-manager stopped"
 }
@@ -356,14 +318,7 @@ cmd_down() {
   fi
   local pid
   pid="$(cat "$PIDFILE")"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 30))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "still running after 30s, sending SIGKILL to $pid"
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 0.5
-  fi
+  stop_pid "$pid" 30 || log "still running after 30s: killed $pid"
   rm -f "$PIDFILE" "$RUN_DIR/api-url" "$RUN_DIR/running.stamp"
   log "stopped"
 }

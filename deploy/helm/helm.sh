@@ -28,24 +28,15 @@ stamp() { (cd "$HERE/build" && cat go.mod go.sum) | sha256sum | cut -d' ' -f1; }
 version() { awk '$1=="helm.sh/helm/v4" {print $2}' "$HERE/build/go.mod"; }
 
 cmd_build() {
-  if [[ -x "$BIN" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$(stamp)" ]]; then
-    return 0
-  fi
-  command -v go >/dev/null 2>&1 ||
-    die "go not found: install Go >= 1.24 (https://go.dev/dl); Debian bookworm's golang (1.19) is too old"
-  mkdir -p "$BIN_DIR"
+  go_is_built "$BIN" "$STAMP_FILE" "$(stamp)" && return 0
+  need_go
   log "building helm $(version) from its Go module into $BIN (a first build takes 3-10 min on 2 cores; log: $BUILD_LOG)"
   local v
   v="$(version)"
-  cd "$HERE/build"
   # The version `helm version` reports; -s -w: no symbols (a third of the size).
-  if ! GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress helm "$BUILD_LOG" "$BIN.tmp" helm.sh/helm/v4/cmd/helm \
-    -buildvcs=false -trimpath -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$v"; then
-    tail -n 30 "$BUILD_LOG" >&2 || true
+  (cd "$HERE/build" && go_build_stamped helm "$BUILD_LOG" "$BIN" "$STAMP_FILE" "$(stamp)" helm.sh/helm/v4/cmd/helm \
+    -buildvcs=false -trimpath -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$v") ||
     die "build failed (full log: $BUILD_LOG)"
-  fi
-  mv -f "$BIN.tmp" "$BIN"
-  stamp >"$STAMP_FILE"
   log "built: $BIN ($("$BIN" version --short 2>/dev/null || echo '?'))"
 }
 

@@ -158,24 +158,16 @@ resolve() {
 }
 
 # --- liveness -----------------------------------------------------------------------------------
-# The pid in the pidfile, if that process is alive and is our broker (guards against pid reuse).
-our_pid() {
-  [[ -f "$PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$CONF" || return 1
-  echo "$pid"
-}
+# shellcheck source=../lib/proc.sh
+source "$HERE/../lib/proc.sh"
 
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+our_pid() { pid_of "$PIDFILE" "$CONF"; } # alive, and our broker (guards against pid reuse)
 
 # A Kafka Metadata (v4) request: ready when the broker lists at least one live broker and
 # knows its controller. Exit 0 = ready.
 metadata_ok() {
   if ((SECURE)); then secure_ready; return; fi
-  command -v python3 >/dev/null 2>&1 || { port_open "$PORT"; return; }
+  command -v python3 >/dev/null 2>&1 || { port_open "$HOST" "$PORT"; return; }
   python3 - "$HOST" "$PORT" <<'PY'
 import socket, struct, sys
 host, port = sys.argv[1], int(sys.argv[2])
@@ -227,7 +219,7 @@ python_cmd() {
 
 # Ready = admin authenticates over SASL_SSL (our CA) and the broker lists its metadata.
 secure_ready() {
-  port_open "$PORT" || return 1
+  port_open "$HOST" "$PORT" || return 1
   [[ -f "$CLIENTS/admin.librdkafka.conf" ]] || return 1
   python_cmd
   "${PY_ARGS[@]}" -m governor.kafka_provision ping --config "$CLIENTS/admin.librdkafka.conf" \
@@ -484,14 +476,14 @@ cmd_up() {
       return 0
     fi
     say "pid $pid is running but not answering yet; waiting"
-  elif port_open "$PORT"; then
+  elif port_open "$HOST" "$PORT"; then
     if ((!SECURE)) && metadata_ok; then
       say "a Kafka broker not started by this script already answers on $BOOTSTRAP; using it"
       echo "$BOOTSTRAP"
       return 0
     fi
     die "port $PORT is in use by something that is not a Kafka broker; set GOVERNOR_KAFKA_PORT"
-  elif port_open "$CPORT"; then
+  elif port_open "$HOST" "$CPORT"; then
     die "controller port $CPORT is in use; set GOVERNOR_KAFKA_CONTROLLER_PORT"
   else
     prepare
@@ -522,7 +514,7 @@ cmd_up() {
       rm -f "$PIDFILE"
       die "broker exited during start (log: $LOG)"
     fi
-    if port_open "$PORT" && metadata_ok; then
+    if port_open "$HOST" "$PORT" && metadata_ok; then
       if ((SECURE)); then provision; fi
       echo "$BOOTSTRAP"
       return 0
@@ -548,15 +540,8 @@ cmd_down() {
     say "not running"
     return 0
   fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + STOP_TIMEOUT))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
-    sleep 0.2
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "pid $pid still alive after ${STOP_TIMEOUT}s; SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  if ! stop_pid "$pid" "$STOP_TIMEOUT"; then
+    say "pid $pid still alive after ${STOP_TIMEOUT}s: killed"
     rm -f "$JSA.$PORT.tmp"
   elif [[ -s "$JSA.$PORT.tmp" ]]; then
     mv -f "$JSA.$PORT.tmp" "$JSA"

@@ -1,4 +1,11 @@
-# Sourced by the scripts that build Go tools (devcluster.sh, helm.sh): `go build` with progress.
+# Sourced by the scripts that build Go tools (devcluster.sh, helm.sh, toxiproxy.sh): `go build`
+# with progress, and a build cached by a stamp of its inputs.
+#
+#   need_go                            die (the caller's) unless a Go able to build these is on PATH
+#   go_is_built BIN STAMP_FILE STAMP   exit 0 if BIN exists and was built from inputs hashing to STAMP
+#   go_build_stamped NAME LOG BIN STAMP_FILE STAMP PKG [go build flags...]
+#                                      build BIN (via BIN.tmp, so a failed build leaves no binary),
+#                                      then record STAMP; on failure print LOG's tail, return 1
 #
 #   go_build_progress NAME LOG OUT PKG [go build flags...]
 #
@@ -37,4 +44,33 @@ go_build_progress() {
   sed -i '$d' "$log"
   echo "$name: $count/$total packages compiled in $((SECONDS - start)) s (exit $rc)" >&2
   return "$rc"
+}
+
+go_is_built() {
+  [[ -x "$1" && -f "$2" && "$(cat "$2")" == "$3" ]]
+}
+
+go_build_stamped() {
+  local name="$1" log="$2" bin="$3" stamp_file="$4" stamp="$5" pkg="$6"
+  shift 6
+  mkdir -p "$(dirname "$bin")"
+  if ! GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress "$name" "$log" "$bin.tmp" "$pkg" "$@"; then
+    tail -n 30 "$log" >&2 || true
+    return 1
+  fi
+  mv -f "$bin.tmp" "$bin"
+  echo "$stamp" >"$stamp_file"
+}
+
+need_go() {
+  command -v go >/dev/null 2>&1 ||
+    die "go not found: install Go ≥ 1.24 (https://go.dev/dl or apt-get install golang); Go < 1.26 fetches the go1.26 toolchain itself (GOTOOLCHAIN=auto)"
+  local v
+  v="$(go env GOVERSION 2>/dev/null || true)" # e.g. go1.26.8; empty for Go < 1.14
+  v="${v#go}"
+  local major="${v%%.*}" rest="${v#*.}"
+  local minor="${rest%%.*}"
+  if [[ -z "$v" || "$major" != 1 || ! "$minor" =~ ^[0-9]+$ || "$minor" -lt 21 ]]; then
+    die "go ${v:-(unknown version)} is too old: install Go ≥ 1.24 (https://go.dev/dl); Debian bookworm's golang (1.19) cannot build this"
+  fi
 }

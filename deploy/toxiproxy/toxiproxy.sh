@@ -35,6 +35,8 @@ LOG="$RUN_DIR/toxiproxy.log"
 URL="http://$HOST:$PORT"
 # shellcheck source=../lib/gobuild.sh
 source "$HERE/../lib/gobuild.sh"
+# shellcheck source=../lib/proc.sh
+source "$HERE/../lib/proc.sh"
 
 log() { echo "toxiproxy: $*" >&2; }
 die() {
@@ -47,42 +49,23 @@ version() { awk '$1=="github.com/Shopify/toxiproxy/v2" {print $2}' "$HERE/go.mod
 stamp() { (cd "$HERE" && cat go.mod go.sum) | sha256sum | cut -d' ' -f1; }
 
 cmd_build() {
-  if [[ -x "$BIN" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$(stamp)" ]]; then
-    return 0
-  fi
-  command -v go >/dev/null 2>&1 ||
-    die "go not found: install Go >= 1.24 (https://go.dev/dl); Debian bookworm's golang (1.19) is too old"
-  mkdir -p "$BIN_DIR"
+  go_is_built "$BIN" "$STAMP_FILE" "$(stamp)" && return 0
+  need_go
   local v
   v="$(version)"
   log "building toxiproxy-server $v from its Go module into $BIN (log: $BUILD_LOG)"
   # The version `toxiproxy-server -version` and GET /version report; -s -w: no symbols.
-  if ! (cd "$HERE" && GOWORK=off GOFLAGS="${GOFLAGS:-}" go_build_progress toxiproxy-server "$BUILD_LOG" "$BIN.tmp" "$PKG" \
-    -buildvcs=false -trimpath -ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${v#v}"); then
-    tail -n 30 "$BUILD_LOG" >&2 || true
+  (cd "$HERE" && go_build_stamped toxiproxy-server "$BUILD_LOG" "$BIN" "$STAMP_FILE" "$(stamp)" "$PKG" \
+    -buildvcs=false -trimpath -ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${v#v}") ||
     die "build failed (full log: $BUILD_LOG)"
-  fi
-  mv -f "$BIN.tmp" "$BIN"
-  stamp >"$STAMP_FILE"
   log "built: $BIN ($("$BIN" -version 2>/dev/null | head -1 || echo '?'))"
 }
 
-# The pid in the pidfile, if that process is alive and is our server (guards against pid reuse).
-our_pid() {
-  [[ -f "$PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "toxiproxy-server -host $HOST -port $PORT" || return 1
-  echo "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+our_pid() { pid_of "$PIDFILE" "toxiproxy-server -host $HOST -port $PORT"; }
 
 # Ready = GET /version answers (no curl needed: bash's /dev/tcp).
 api_ok() {
-  port_open "$PORT" || return 1
+  port_open "$HOST" "$PORT" || return 1
   local reply
   reply="$(
     exec 3<>"/dev/tcp/$HOST/$PORT" || exit 1
@@ -101,7 +84,7 @@ cmd_up() {
       echo "$URL"
       return 0
     }
-  elif port_open "$PORT"; then
+  elif port_open "$HOST" "$PORT"; then
     die "port $PORT is in use by something else; set GOVERNOR_TOXIPROXY_PORT"
   else
     cmd_build
@@ -135,13 +118,7 @@ cmd_down() {
     log "not running"
     return 0
   fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 10))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid still alive after 10s; SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  stop_pid "$pid" 10 || log "pid $pid still alive after 10s; killed"
   rm -f "$PIDFILE"
   log "stopped"
 }
