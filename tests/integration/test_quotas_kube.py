@@ -401,7 +401,7 @@ async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respect
     import time
 
     from governor.bus import read_table
-    from governor.decider import DeciderCore
+    from governor.cores.decider import DeciderCore
     from governor.events import LoadWindow
     from governor.spec import policy_from_obj
     from governor.topics import ensure_topics
