@@ -41,7 +41,7 @@ role "both" holds both stages in one memory (the simulator, tests).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,7 +74,7 @@ from governor.events import (
 )
 from governor.ownership import Ownership
 from governor.policy import elastic as el
-from governor.policy import evaluate
+from governor.policy import evaluate as evaluate_policy
 from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
@@ -87,10 +87,12 @@ from governor.policy.recommend import (
     recommend,
     signature,
 )
-from governor.policy.types import ScaleInputs, ScaleResult
+from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.spec import ScalingPolicy, ScalingPolicySpec
 
 Role = Literal["both", "stage1", "stage2"]
+Evaluate = Callable[..., tuple[ScaleResult, ScaleState]]
+"""governor.policy.evaluate(policy, inputs, state, now, *, step_seconds) -> (result, state)."""
 
 
 def pool_key(pool: str) -> str:
@@ -127,6 +129,8 @@ class DeciderCore:
     shadows: dict[str, dict[str, ScalingPolicy]] = field(default_factory=dict)
     shadow_memory: dict[tuple[str, str], sh.ShadowMemory] = field(default_factory=dict)
     role: Role = "both"
+    # The policy's evaluation; the simulator's reference runs bring their own (the oracle's plan).
+    evaluate: Evaluate = evaluate_policy
     ownership: Ownership = field(default_factory=Ownership.all)
     # Split roles: checkpoints read at the last assignment, applied on first use (by key).
     restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
@@ -301,7 +305,8 @@ class DeciderCore:
         observations = observe(policy.spec, windows)
         inputs = ScaleInputs(workload=seen, observations=observations)
         spec = capped(self._cap_memo, workload, policy.spec, partition_cap(policy.spec, windows))
-        result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
+        step = self.step_seconds
+        result, mem.state = self.evaluate(spec, inputs, mem.state, now, step_seconds=step)
         throughput = None
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
