@@ -61,7 +61,6 @@ from governor.quotas import (
 )
 from governor.spec import PolicyError, ScalingPolicy
 from governor.targets import TargetView, target_view
-from governor.targets.volcano import VOLCANO_JOB
 
 Table = Literal["policies", "workloads", "cluster", "quotas", "queues"]
 TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster", "quotas", "queues")
@@ -456,7 +455,7 @@ class ClusterCore:
     def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
         ref = p.spec.target_ref
         queue = None
-        if targets.kind_of(ref) is VOLCANO_JOB:
+        if targets.kind_of(ref).queued:
             obj = self.targets.get((ref.api_version, ref.kind), {}).get(
                 f"{p.metadata.namespace}/{ref.name}"
             )

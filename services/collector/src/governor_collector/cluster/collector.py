@@ -51,7 +51,7 @@ from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
 from governor.leader import LeaseElector
 from governor.lease import check_timing
-from governor.quotas import PodGroup, Queue, ResourceQuota
+from governor.quotas import QUEUE_API, PodGroup, Queue, ResourceQuota
 from governor.reflector import Reflector
 from governor.retry import retrying
 
@@ -81,7 +81,6 @@ POLICY_API = "governor.dev/v1alpha1"
 # A pod's own namespace (the ServiceAccount's mount): where its Lease lives by default.
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEVICE_API = "scheduling.koordinator.sh/v1alpha1"
-VOLCANO_SCHEDULING_API = "scheduling.volcano.sh/v1beta1"
 
 
 class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -369,10 +368,8 @@ class ClusterCollector:
             self._reflector("/api/v1/resourcequotas", ResourceQuota, m.on_quota, "resourcequotas"),
         ]
         # Volcano's CRDs may be absent (a cluster without Volcano): watched, never waited for.
-        self._reflector(f"/apis/{VOLCANO_SCHEDULING_API}/queues", Queue, m.on_queue, "queues")
-        self._reflector(
-            f"/apis/{VOLCANO_SCHEDULING_API}/podgroups", PodGroup, m.on_podgroup, "podgroups"
-        )
+        self._reflector(f"/apis/{QUEUE_API}/queues", Queue, m.on_queue, "queues")
+        self._reflector(f"/apis/{QUEUE_API}/podgroups", PodGroup, m.on_podgroup, "podgroups")
         devices = self._reflector(
             f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
         )
