@@ -497,8 +497,7 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
         if e.restart_penalty_seconds < 0 or e.min_resize_interval_seconds < 0:
             raise PolicyError("elastic", "restartPenaltySeconds/minResizeIntervalSeconds >= 0")
     # What the target's kind needs of its targetRef (a Volcano Job: the task). Imported here:
-    # governor.targets reads TargetRef from this module.
-    from governor.targets import kind_of
+    from governor.targets import kind_of  # governor.targets reads TargetRef from this module
 
     missing = kind_of(spec.target_ref).missing(spec.target_ref)
     if missing is not None:
