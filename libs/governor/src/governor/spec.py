@@ -496,8 +496,8 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
             raise PolicyError("elastic.scalingEfficiency", "must be in (0, 1]")
         if e.restart_penalty_seconds < 0 or e.min_resize_interval_seconds < 0:
             raise PolicyError("elastic", "restartPenaltySeconds/minResizeIntervalSeconds >= 0")
-    # What the target's kind needs of its targetRef (a Volcano Job: the task). Imported here:
-    from governor.targets import kind_of  # governor.targets reads TargetRef from this module
+    # What the target's kind needs of its targetRef (a Volcano Job: its task).
+    from governor.targets import kind_of  # not at the top: governor.targets imports this module
 
     missing = kind_of(spec.target_ref).missing(spec.target_ref)
     if missing is not None:

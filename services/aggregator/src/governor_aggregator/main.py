@@ -100,17 +100,12 @@ SERIES = Gauge("governor_aggregator_series", "Workloads whose windows are held."
 FETCH_WAIT_ENV = "FAUST_FETCH_MAX_WAIT_MS"
 
 
-class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=True):
+    """The core's window and throttle settings (`WindowSettings`), and the service's."""
+
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     app_id: str = events.AGGREGATOR_APP_ID
     store: str = "memory://"
-    stable_window_seconds: float = 60.0
-    stable_hop_seconds: float = 10.0
-    panic_window_seconds: float = 6.0
-    panic_hop_seconds: float = 2.0
-    allowed_lateness_seconds: float = 2.0
-    publish_interval_ms: int = 500
-    instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
     http_host: str = "127.0.0.1"
     http_port: int = 8082
     log_level: str = "INFO"
@@ -150,11 +145,6 @@ def broker_credentials(sec: KafkaSecurity) -> Any:
     )
 
 
-def window_settings(s: AggregatorSettings) -> WindowSettings:
-    fields = WindowSettings.__struct_fields__
-    return WindowSettings(**{f: getattr(s, f) for f in fields})
-
-
 class Aggregation:
     """The agent's glue over one faust app: records in (offset order, dead letters), the core
     (`governor.cores.aggregator`) folding them, table writes and load windows out."""
@@ -162,7 +152,7 @@ class Aggregation:
     def __init__(self, app: faust.App, s: AggregatorSettings) -> None:
         self.app = app
         self.s = s
-        self.core = AggregatorCore(window_settings(s))
+        self.core = AggregatorCore(s)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         self.metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
         self.dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)

@@ -72,8 +72,8 @@ WorkloadWindows = dict[str, MetricWindows]
 SeriesKey = tuple[str, str]  # (workload, metric)
 
 
-class WindowSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The windows and the throttle (the aggregator's settings of the same names)."""
+class WindowSettings(msgspec.Struct, kw_only=True):
+    """The windows and the throttle (the aggregator's settings extend them)."""
 
     stable_window_seconds: float = 60.0
     stable_hop_seconds: float = 10.0
@@ -81,7 +81,7 @@ class WindowSettings(msgspec.Struct, frozen=True, kw_only=True):
     panic_hop_seconds: float = 2.0
     allowed_lateness_seconds: float = 2.0
     publish_interval_ms: int = 500
-    instant_seconds: float = 1.0
+    instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
 
 
 class WorkloadSamples(msgspec.Struct, frozen=True):
