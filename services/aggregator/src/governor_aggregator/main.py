@@ -45,7 +45,7 @@ import argparse
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import faust
@@ -55,15 +55,11 @@ from prometheus_client import Counter, Gauge
 from governor import events
 from governor.bus import (
     DEAD_LETTERS,
-    H_DLQ_ERROR,
     H_DLQ_INDEX,
-    H_DLQ_OFFSET,
-    H_DLQ_PARTITION,
-    H_DLQ_REASON,
-    H_DLQ_TOPIC,
     DeadLetter,
     Decoder,
     codec_for,
+    dlq_headers,
     record_consumer_lag,
 )
 from governor.cores import Outputs
@@ -323,20 +319,14 @@ class Aggregation:
         value: bytes | None,
         reason: str,
         detail: str,
-        extra: Iterable[tuple[str, bytes]] = (),
+        extra: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         await self.dlq_topic.send(
             key=key,
             value=value,
-            headers=[
-                *headers,
-                (H_DLQ_REASON, reason.encode()),
-                (H_DLQ_ERROR, detail[:1000].encode()),
-                (H_DLQ_TOPIC, message.topic.encode()),
-                (H_DLQ_PARTITION, str(message.partition).encode()),
-                (H_DLQ_OFFSET, str(message.offset).encode()),
-                *extra,
-            ],
+            headers=dlq_headers(
+                headers, reason, detail, message.topic, message.partition, message.offset, extra
+            ),
         )
         SAMPLES.labels("dead_letter").inc()
         DEAD_LETTERS.labels(message.topic, reason).inc()
