@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.pipeline_latency import policy
 from governor import events
 from governor.bus import codec_for
-from governor.decider import DeciderCore
+from governor.cores.decider import DeciderCore
 from governor.ownership import Ownership
 
 

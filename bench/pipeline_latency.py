@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
-from governor.decider_memory import DECISION_PREFIX
+from governor.cores.decider_memory import DECISION_PREFIX
 from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
@@ -540,9 +540,9 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
 def state_sizes() -> dict[str, int]:
     """Bytes per workload of the decider's checkpoint and the aggregator's table value, after a
     300 s run at 1 sample/s and 15 s steps (computed with the same code, not the services)."""
-    from governor.decider import DeciderCore
+    from governor.cores.aggregator import MetricWindows
+    from governor.cores.decider import DeciderCore
     from governor.windows import SeriesWindows, hopping, ingest, to_load_window
-    from governor_aggregator.main import MetricWindows
 
     core = DeciderCore()
     p = policy("size", 0)
@@ -580,7 +580,7 @@ def decider_memory(n: int) -> dict[str, int]:
     import gc
     import tracemalloc
 
-    from governor.decider import DeciderCore
+    from governor.cores.decider import DeciderCore
     from governor.events import WindowKind
     from governor.windows import (
         SeriesWindows,

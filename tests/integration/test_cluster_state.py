@@ -32,8 +32,11 @@ from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
 from governor.kube import Kube, KubeError, connect
 from governor.topics import ensure_topics
-from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
-from governor_collector.cluster.model import INVALID_POLICIES
+from governor_collector.cluster.collector import (
+    INVALID_POLICIES,
+    ClusterCollector,
+    ClusterCollectorSettings,
+)
 from tests.support.crds import install_crds as install_crd_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

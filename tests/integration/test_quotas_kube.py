@@ -1,7 +1,7 @@
 """ResourceQuotas and Volcano Queues on the real kube-apiserver: read, respected, admitted.
 
 The objects are created in the real API server, listed back, decoded and turned into events by
-the cluster collector's own model (`ClusterModel`), and stage 2 (`rebalance.plan`) allocates
+the cluster collector's own model (`ClusterCore`), and stage 2 (`rebalance.plan`) allocates
 under them; what it grants is then created as pods, which the API server's ResourceQuota
 admission judges. ScalingPolicies are handed to the model as objects (their CRD path is the
 cluster-state test's subject); everything else is what the server returned.
@@ -17,13 +17,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from governor.cores.cluster import ClusterCore
 from governor.events import NodeState, QueueState, QuotaState, Recommendation, WorkloadState
 from governor.inventory import Node, Pod
 from governor.kube import Kube, KubeError, connect
 from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, PoolPlan, plan
 from governor.quotas import PodGroup, Queue, ResourceQuota
-from governor_collector.cluster.model import ClusterModel
 from tests.support.crds import install_crds
 
 pytestmark = pytest.mark.integration
@@ -173,7 +173,7 @@ class Cluster:
 
     def __init__(self, kube: Kube, ns: str, pool: str) -> None:
         self.kube, self.ns, self.pool = kube, ns, pool
-        self.model = ClusterModel()
+        self.model = ClusterCore()
         self.policies: dict[str, dict[str, Any]] = {}
 
     async def read(self, targets: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
@@ -401,7 +401,7 @@ async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respect
     import time
 
     from governor.bus import read_table
-    from governor.decider import DeciderCore
+    from governor.cores.decider import DeciderCore
     from governor.events import LoadWindow
     from governor.spec import policy_from_obj
     from governor.topics import ensure_topics

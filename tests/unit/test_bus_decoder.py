@@ -48,3 +48,16 @@ def test_what_the_quick_path_refuses_the_decoder_explains(
     with pytest.raises(DeadLetter) as err:
         d(_record(raw, key, headers))
     assert err.value.reason == reason
+
+
+def test_a_dead_letter_keeps_the_records_headers_then_says_why_and_where() -> None:
+    from governor.bus import H_DLQ_INDEX, dlq_headers
+
+    own = [("content-type", b"application/json")]
+    got = dlq_headers(own, "decode", "x" * 2000 + "\udc80", "t", 3, 42, [(H_DLQ_INDEX, b"7")])
+    assert got[0] == own[0] and got[-1] == (H_DLQ_INDEX, b"7")
+    named = dict(got[1:-1])
+    assert named["governor-dlq-reason"] == b"decode"
+    assert named["governor-dlq-error"] == b"x" * 1000  # capped; never fails on bad text
+    assert (named["governor-dlq-topic"], named["governor-dlq-partition"]) == (b"t", b"3")
+    assert named["governor-dlq-offset"] == b"42"

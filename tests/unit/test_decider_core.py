@@ -6,7 +6,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.decider import DeciderCore
+from governor.cores.decider import DeciderCore
 from governor.events import LoadWindow, WindowView, WorkloadState
 from governor.spec import ScalingPolicy, policies_from_yaml
 from governor.windows import views

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from governor.decider import DeciderCore
+from governor.cores.decider import DeciderCore
 from governor.events import QueueState, QuotaState
 from governor_decider import journal
 from tests.unit.test_decider_stage2 import (

@@ -9,7 +9,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.decider import DECISION_PREFIX, DeciderCore
+from governor.cores.decider import DECISION_PREFIX, DeciderCore
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -260,7 +260,7 @@ def test_stage2_sends_a_request_not_taken_up_again_on_a_recommendation_after_the
 
 
 def test_a_checkpoint_read_at_an_assignment_goes_to_the_stage_that_owns_its_key() -> None:
-    from governor.decider_memory import restoring_stages
+    from governor.cores.decider_memory import restoring_stages
     from governor.events import DeciderCheckpoint
 
     def cp(key: str, seq: int) -> DeciderCheckpoint:

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from governor.decider import DeciderCore, Outputs, pool_key
+from governor.cores.decider import DeciderCore, Outputs, pool_key
 from governor.events import Device, LoadWindow, NodeState, WorkloadState
 from governor.spec import ScalingPolicy, policy_from_obj
 from governor_decider import journal

@@ -17,9 +17,9 @@ from governor.settings import KafkaSettings
 SCRIPTS = sorted(
     ep.name
     for ep in importlib.metadata.entry_points(group="console_scripts")
-    if ep.name == "governor" or ep.name.startswith("governor-")
+    if ep.name in ("governor", "kubectl-governor") or ep.name.startswith("governor-")
 )
-SERVICES = [name for name in SCRIPTS if name != "governor"]
+SERVICES = [name for name in SCRIPTS if name.startswith("governor-")]
 # What a service that started would have loaded: the clients that reach Kafka and Kubernetes.
 CLIENTS = ("aiokafka", "kubernetes_asyncio", "faust")
 
@@ -31,7 +31,9 @@ def test_every_service_has_a_console_script() -> None:
         "governor-aggregator",
         "governor-decider",
         "governor-actuator",
+        "governor-metrics-adapter",
     }
+    assert {"governor", "kubectl-governor"} <= set(SCRIPTS)  # the CLI, also as a kubectl plugin
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

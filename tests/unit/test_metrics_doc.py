@@ -14,7 +14,6 @@ MODULES = [
     "governor.bus",
     "governor.shell",  # its sinks' retries (governor_bus_emit_retries)
     "governor_collector.metrics",
-    "governor_collector.cluster.model",
     "governor.reflector",  # the cluster collector's watches (governor_collector_cluster_watch_*)
     "governor_collector.cluster.collector",
     "governor_aggregator.main",

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from governor.cores.cluster import ClusterCore
 from governor.events import QuotaState
 from governor.inventory import Pod, PodTemplate
 from governor.quotas import (
@@ -22,7 +23,6 @@ from governor.quotas import (
     quota_state,
     scope_matches,
 )
-from governor_collector.cluster.model import ClusterModel
 
 
 def spec(cpu: str = "500m", limit: str | None = "1", pc: str = "", **extra: str) -> dict[str, Any]:
@@ -221,7 +221,7 @@ def _policy(ns: str, name: str) -> dict[str, Any]:
 
 
 def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
-    m = ClusterModel()
+    m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
     m.on_policy("shop/web", None, _policy("shop", "web"))
     m.set_target_status(gvk, "synced")
@@ -302,7 +302,7 @@ def test_cluster_show_lists_quotas_and_queues_with_their_use() -> None:
 
 
 def test_a_quota_with_a_bad_quantity_keeps_its_last_value_and_the_others_go_on() -> None:
-    m = ClusterModel()
+    m = ClusterCore()
     m.on_quota("shop/q", None, quota({"requests.cpu": "10"}))
     m.on_quota(
         "shop/other",
@@ -326,7 +326,7 @@ def test_a_quota_with_a_bad_quantity_keeps_its_last_value_and_the_others_go_on()
 def test_a_priority_class_scope_sees_the_global_default_class() -> None:
     from governor.inventory import PriorityClass
 
-    m = ClusterModel()
+    m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
     m.on_policy("shop/web", None, _policy("shop", "web"))
     m.set_target_status(gvk, "synced")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from governor import shadow as sh
-from governor.decider import DeciderCore
+from governor.cores.decider import DeciderCore
 from governor.events import DECIDER_STATE, SHADOW_DECISIONS, ScaleDecision, access_table
 from governor.spec import ScalingPolicy
 from tests.unit.test_decider_core import WL, policy, state, window

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,3 +81,21 @@ def test_a_dotted_path_and_its_pointer_name_the_same_place(parts: list[str]) -> 
     for p in reversed(parts):
         obj = {p: obj}
     assert dig(obj, path_segments(pointer)) == 7
+
+
+def test_only_a_queued_kind_names_a_queue_and_only_a_volcano_job_needs_a_task() -> None:
+    from governor.spec import PolicyError, TargetRef
+    from governor.targets import KINDS, kind_of
+
+    job = TargetRef(kind="Job", name="train", api_version="batch.volcano.sh/v1alpha1")
+    assert kind_of(job).queued and kind_of(job).missing(job) == (
+        "targetRef.task",
+        "a Volcano Job target must name the task to scale",
+    )
+    with_task = msgspec.structs.replace(job, task="worker")
+    assert kind_of(with_task).missing(with_task) is None
+    deploy = TargetRef(kind="Deployment", name="web")
+    assert not kind_of(deploy).queued and kind_of(deploy).missing(deploy) is None
+    assert [k.name for k in KINDS if k.queued] == ["volcano"]
+    err = PolicyError(*kind_of(job).missing(job) or ("", ""))
+    assert err.path == "targetRef.task"

@@ -369,6 +369,11 @@ class Kube:
 
     # --- discovery ----------------------------------------------------------------------------
 
+    def forget_discovery(self) -> None:
+        """Drop the kinds discovery learnt: the next `resource` asks the API server again (after
+        installing CRDs, whose kinds an earlier discovery of their group did not list)."""
+        self._resources.clear()
+
     async def resource(self, api_version: str, kind: str) -> Resource:
         """Plural and scope of a kind, from the API server's discovery (cached)."""
         key = (api_version, kind)

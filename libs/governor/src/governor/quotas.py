@@ -42,6 +42,7 @@ from governor.inventory import (
 
 GROUP_NAME = "scheduling.k8s.io/group-name"
 QUEUE_NAME = "scheduling.volcano.sh/queue-name"
+QUEUE_API = "scheduling.volcano.sh/v1beta1"  # Queue (cluster-scoped) and PodGroup
 DEFAULT_QUEUE = "default"
 POD_COUNTS = frozenset({"pods", "count/pods"})
 _PLAIN = frozenset({"cpu", "memory", "ephemeral-storage"})

@@ -496,9 +496,12 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
             raise PolicyError("elastic.scalingEfficiency", "must be in (0, 1]")
         if e.restart_penalty_seconds < 0 or e.min_resize_interval_seconds < 0:
             raise PolicyError("elastic", "restartPenaltySeconds/minResizeIntervalSeconds >= 0")
-    ref = spec.target_ref
-    if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh") and not ref.task:
-        raise PolicyError("targetRef.task", "a Volcano Job target must name the task to scale")
+    # What the target's kind needs of its targetRef (a Volcano Job: its task).
+    from governor.targets import kind_of  # not at the top: governor.targets imports this module
+
+    missing = kind_of(spec.target_ref).missing(spec.target_ref)
+    if missing is not None:
+        raise PolicyError(*missing)
 
 
 # The switches of governor's additions that change a decision HPA would make from the same

@@ -11,7 +11,7 @@ from typing import IO
 
 import msgspec
 
-from governor.decider import DeciderCore, Outputs
+from governor.cores.decider import DeciderCore, Outputs
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,

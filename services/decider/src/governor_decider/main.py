@@ -1,6 +1,6 @@
 """governor-decider: load windows, policies and workload states in; decisions out.
 
-I/O only: what to decide is `governor.decider.DeciderCore` (pure), here as two cores, stage 1
+I/O only: what to decide is `governor.cores.decider.DeciderCore` (pure), here as two cores, stage 1
 and stage 2, as separate instances would hold them. This shell
 - reads policies, workloads and the cluster (nodes with devices) as global tables (every
   partition, from the beginning), into both cores;
@@ -12,9 +12,9 @@ and stage 2, as separate instances would hold them. This shell
 - follows its partitions: on an assignment it reads governor.decider-state and hands the
   checkpoints to the cores (applied on first use); before the load offsets are committed (every
   `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
-- ticks every `tick_seconds` over the workloads it owns, so staleness, fallback, cooldowns and
-  panic exit fire without input (a workload its load evaluated within the last two ticks is
-  skipped);
+- ticks every `tick_seconds` (the cores' `tick`, `governor.cores.decider_due`) over the
+  workloads it owns, so staleness, fallback, cooldowns and panic exit fire without input (a
+  workload its load evaluated within the last two ticks is skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
 - writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
@@ -39,9 +39,8 @@ import msgspec
 
 from governor import events
 from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
-from governor.decider import DeciderCore, Outputs
-from governor.decider_memory import restoring_stages
-from governor.decider_tick import due_by_time
+from governor.cores.decider import POOL_PREFIX, DeciderCore, Outputs
+from governor.cores.decider_memory import restoring_stages
 from governor.entry import service_settings
 from governor.ownership import Ownership
 from governor.settings import KafkaSettings
@@ -104,7 +103,7 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     load_topic: str = events.LOAD.name
     recommendations_topic: str = events.RECOMMENDATIONS.name
     decisions_topic: str = events.DECISIONS.name
-    # Stage 2's hysteresis margin (see governor.decider.DeciderCore.allocation_margin).
+    # Stage 2's hysteresis margin (see governor.cores.decider.DeciderCore.allocation_margin).
     allocation_margin: float = 0.0
     # Stage 1's checkpoints are flushed (and then the load offsets committed) this often.
     checkpoint_seconds: float = 5.0
@@ -120,6 +119,7 @@ class Decider:
                 step_seconds=settings.step_seconds,
                 pending_grace=settings.pending_grace_seconds,
                 allocation_margin=settings.allocation_margin,
+                tick_seconds=settings.tick_seconds,
                 role=role,
             )
             for role in ("stage1", "stage2")
@@ -170,8 +170,6 @@ class Decider:
         self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
         self._flushed_at = time.monotonic()
         self.tables_loaded = False
-        # When each workload was last evaluated on its load (the ticker skips those just done).
-        self._evaluated: dict[str, float] = {}
         # Labelled children of the per-workload gauges (labels() per evaluation was a tenth of
         # the decider's time at 1,000 workloads), by (metric name, labels); the workload first.
         # (metric, *labels) -> child: every per-workload series goes through _child, so that
@@ -186,24 +184,19 @@ class Decider:
 
     async def restore(self) -> None:
         sec = self.s.kafka.security
-        policies = await read_table(self.s.kafka.bootstrap, events.POLICIES, security=sec)
-        for key, rec in policies.items():
+
+        async def table(topic: events.Topic[Any]) -> dict[str, Any]:
+            return await read_table(self.s.kafka.bootstrap, topic, security=sec)
+
+        for key, rec in (await table(events.POLICIES)).items():
             self._policy(key, rec)
-        for state in (
-            await read_table(self.s.kafka.bootstrap, events.WORKLOADS, security=sec)
-        ).values():
+        for state in (await table(events.WORKLOADS)).values():
             self._workload(state)
-        for node in (
-            await read_table(self.s.kafka.bootstrap, events.CLUSTER, security=sec)
-        ).values():
+        for node in (await table(events.CLUSTER)).values():
             self._node(node)
-        for key, quota in (
-            await read_table(self.s.kafka.bootstrap, events.QUOTAS, security=sec)
-        ).items():
+        for key, quota in (await table(events.QUOTAS)).items():
             self._quota(key, quota)
-        for key, queue in (
-            await read_table(self.s.kafka.bootstrap, events.QUEUES, security=sec)
-        ).items():
+        for key, queue in (await table(events.QUEUES)).items():
             self._queue(key, queue)
         self.tables_loaded = True
         log.info(
@@ -231,7 +224,6 @@ class Decider:
 
     def _forget(self, workload: str) -> None:
         """Drop a deleted policy's per-workload series (bounded label sets)."""
-        self._evaluated.pop(workload, None)
         for key in [k for k in self._children if k[1] == workload]:
             metric, *labels = key
             metric.remove(*labels)
@@ -321,8 +313,7 @@ class Decider:
                         j2.recommendation(value)
             now = time.time()
             await self._decide_all(load, now, "load", stage1)
-            for workload in load:
-                self._evaluated[workload] = now
+            stage1.evaluated_on_load(load, now)
             await self._stage2(recommended, now, "load")
 
     async def _stage2(self, workloads: Iterable[str], now: float, trigger: str) -> None:
@@ -346,28 +337,27 @@ class Decider:
             if not self.tables_loaded:
                 continue
             async with self._lock:
-                now = time.time()
-                stage1 = self.stage1
-                # Only workloads whose load this instance consumes (their partitions are ours),
-                # plus every member of a pool with inventory (stage 2 needs a pool's whole set):
-                # the rule `DeciderCore.tick` uses too (`due_by_time`). A workload its load
-                # evaluated within the last two ticks is not evaluated again: at 1 sample/s and a
-                # 1 s tick, one tick would leave every workload whose load came a little over a
-                # second apart (about half of them) to be evaluated twice. Time still moves for
-                # each workload at least every three ticks (the tick does not mark a workload).
-                recent = now - 2 * self.s.tick_seconds
-                due = due_by_time(stage1, recent, self._evaluated)
-                await self._decide_all(due, now, "tick", stage1)
-                # Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure
-                # changes its allocation). A bounds-only request not taken up is sent again on the
-                # next recommendation after `pending_grace` (stage 1 republishes at least every
-                # `republish_seconds`), on input as fresh as stage 1's.
-                owned = self.stage2.ownership.owns_pool
-                for pool in stage1.inventory_pools():
-                    if owned(pool):
-                        await self._decide_pool(pool, now, "tick")
+                await self._tick(time.time())
             consumer_lag(self.load)
             consumer_lag(self.tables)
+
+    async def _tick(self, now: float) -> None:
+        """The cores' `tick` (the scenario runner's too): stage 1's evaluations published
+        together, then each owned pool's stage 2 in turn. A bounds-only request not taken up is
+        sent again on the next recommendation after `pending_grace`."""
+        outs = list(self.stage1.tick(now))
+        for j in self.journals[:1]:
+            for workload, _ in outs:
+                j.decide(workload, now)
+        await self._publish_evaluations(outs, "tick")
+        pools = self.stage2.tick(now)
+        while True:
+            started = time.perf_counter()
+            step = next(pools, None)
+            if step is None:
+                break
+            key, out = step
+            await self._publish_pool(key.removeprefix(POOL_PREFIX), out, now, "tick", started)
 
     # --- partitions: the cores' memory follows them ------------------------------------------
 
@@ -385,7 +375,6 @@ class Decider:
         # The lock is held throughout: a tick must not evaluate an owned workload before its
         # checkpoint is in (the rebalance holds the fetches already).
         async with self._lock:
-            self._evaluated.clear()
             now = time.time()
             for core in self.cores:
                 core.assign(own, now)
@@ -437,16 +426,26 @@ class Decider:
             for j in journals:
                 j.decide(workload, now)
             outs.append((workload, core.decide(workload, now)))
+        await self._publish_evaluations(outs, trigger)
+
+    async def _publish_evaluations(self, outs: list[tuple[str, Outputs]], trigger: str) -> None:
         if outs:
             EVALUATIONS.labels(trigger).inc(len(outs))
         await self._publish_all(outs, trigger)
 
     async def _decide_pool(self, pool: str, now: float, trigger: str) -> None:
-        for j in self.journals[1:]:
-            j.decide_pool(pool, now)
         started = time.perf_counter()
         out = self.stage2.decide_pool(pool, now)
+        await self._publish_pool(pool, out, now, trigger, started)
+
+    async def _publish_pool(
+        self, pool: str, out: Outputs, now: float, trigger: str, started: float
+    ) -> None:
+        """A pool's stage 2 (`decide_pool`, begun at perf_counter `started`): its checkpoints
+        acknowledged, then its decisions, then its shortfalls."""
         POOL_SECONDS.observe(time.perf_counter() - started)
+        for j in self.journals[1:]:
+            j.decide_pool(pool, now)
         self._pool_metrics(pool)
         # Every checkpoint is acknowledged before any decision of this cycle goes out.
         await self.producer.wait(

@@ -107,7 +107,7 @@ async def install(
             if time.monotonic() > deadline:
                 raise StackError(f"CRD {name} not Established in 60 s")
             await asyncio.sleep(0.2)
-    kube._resources.clear()  # discovery learnt before the CRDs existed
+    kube.forget_discovery()  # discovery learnt before the CRDs existed
     say("CRDs installed: ScalingPolicy, PyTorchJob, Koordinator Device")
     await _create(
         kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sc.NAMESPACE}}

@@ -1,9 +1,11 @@
 """Trace replay: trace -> per-second samples -> windows -> the policy -> the replica model.
 
-The loop is the imperative shell around the same pure functions the services run:
-`governor.windows` turns samples into windows and `governor.policy.evaluate` decides. One sample per
-second of trace time (the trace's value held until its next row); decisions every `step` seconds,
-at epoch multiples of the step. The decision at `now` sees the samples before `now`.
+The loop is the imperative shell around the same pure code the services run:
+`governor.windows` turns samples into windows, and the decider's core decides on them
+(`DeciderCore.tick`, the service's own tick, with the run's `evaluate`: `governor.policy.evaluate`
+or the oracle's plan). One sample per second of trace time (the trace's value held until its
+next row); decisions every `step` seconds, at epoch multiples of the step. The decision at `now`
+sees the samples before `now`.
 
 The metric. The simulator feeds one metric, `load`: the total offered load of the workload. A
 replica serves up to `capacity_per_replica` (C) of it. Policies express their target on it as an
@@ -24,23 +26,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
 
 import msgspec
 
 from governor import windows
-from governor.events import WorkloadState
+from governor.cores.decider import DeciderCore, Evaluate
+from governor.events import LoadWindow, WorkloadState
 from governor.policy import startup
-from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
-from governor.spec import MetricSpec, ScalingPolicySpec
+from governor.spec import MetricSpec, ObjectMeta, ScalingPolicy, ScalingPolicySpec
 from governor_tools.sim import replicas as rm
 from governor_tools.sim.traces import Trace
 
 METRIC = "load"
 WORKLOAD = "sim/Deployment/workload"
-
-Evaluate = Callable[..., tuple[ScaleResult, ScaleState]]
-"""governor.policy.evaluate(policy, inputs, state, now, *, step_seconds) -> (result, state)."""
 
 
 class SimError(ValueError):
@@ -68,7 +66,6 @@ class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
     stable_seconds: float
     panic_seconds: float | None = None
     delay_seconds: float = 0.0
-    aggregation: windows.Aggregation = "mean"
 
 
 class StepRow(msgspec.Struct, frozen=True, array_like=True):
@@ -99,14 +96,13 @@ class Run(msgspec.Struct, frozen=True):
 def pipeline_for(policy: ScalingPolicySpec, step_seconds: float) -> Pipeline:
     """How governor's services present the metric to this policy: fresh windows (the aggregator
     closes them within a second), stable = panic.stableWindowSeconds or else one decision step."""
-    metric = _load_metric(policy)
+    _load_metric(policy)
     if policy.panic is not None:
         return Pipeline(
             stable_seconds=policy.panic.stable_window_seconds,
             panic_seconds=policy.panic.window_seconds,
-            aggregation=metric.aggregation,
         )
-    return Pipeline(stable_seconds=step_seconds, aggregation=metric.aggregation)
+    return Pipeline(stable_seconds=step_seconds)
 
 
 def _load_metric(policy: ScalingPolicySpec) -> MetricSpec:
@@ -160,31 +156,31 @@ class _Feed:
         return None
 
 
-def _stat(acc: windows.WindowAcc | None, aggregation: windows.Aggregation) -> float | None:
-    if acc is None:
-        return None
-    return {"mean": acc.mean, "max": acc.max, "p95": acc.p95}[aggregation]
+def _windows(
+    stable: _Feed, panic: _Feed | None, pending: list[tuple[float, int, float]], now: float
+) -> list[LoadWindow]:
+    """What the aggregator would have published by `now`, once the pending seconds are in: the
+    newest closed window of each kind the pipeline's delay lets through."""
+    out: list[LoadWindow] = []
+    for kind, feed in (("stable", stable), ("panic", panic)):
+        if feed is None:
+            continue
+        feed.ingest(pending, now)
+        acc = feed.latest(now)
+        if acc is not None:
+            out.append(windows.to_load_window(acc, WORKLOAD, METRIC, kind, closed=True))  # type: ignore[arg-type]
+    return out
 
 
-def _observe(
-    stable: _Feed,
-    panic: _Feed | None,
-    pending: list[tuple[float, int, float]],
-    now: float,
-    aggregation: windows.Aggregation,
-) -> MetricObservation:
-    """What the windows show the policy at `now`, once the pending seconds are in."""
-    stable.ingest(pending, now)
-    if panic is not None:
-        panic.ingest(pending, now)
-    s = stable.latest(now)
-    p = panic.latest(now) if panic is not None else None
-    return MetricObservation(
-        metric=METRIC,
-        stable=_stat(s, aggregation),
-        panic=_stat(p, aggregation),
-        newest_sample=max((a.newest for a in (s, p) if a is not None), default=None),
-    )
+def _decider(spec: ScalingPolicySpec, step: float, evaluate: Evaluate) -> DeciderCore:
+    """The decider's core (one instance, both stages) with the policy, scaling the simulated
+    workload, and a tick per decision step."""
+    core = DeciderCore(step_seconds=step, tick_seconds=step, evaluate=evaluate)
+    target = msgspec.structs.replace(spec.target_ref, kind="Deployment", name="workload")
+    meta = ObjectMeta(name="workload", namespace="sim")
+    policy = ScalingPolicy(metadata=meta, spec=msgspec.structs.replace(spec, target_ref=target))
+    core.on_policy(policy.key, policy)
+    return core
 
 
 def _workload_state(
@@ -236,7 +232,7 @@ def replay(
 
     warm = initial if initial is not None else initial_replicas(policy, trace)
     model = rm.serving(warm, since=trace.start)
-    state = ScaleState()
+    core = _decider(policy, step, evaluate)
     rows: list[StepRow] = []
     pending: list[tuple[float, int, float]] = []
     next_decision = (math.floor(trace.start / step) + 1) * step
@@ -246,18 +242,18 @@ def replay(
     started: list[tuple[float, float]] = []
 
     def decide(now: float, load: float) -> None:
-        nonlocal model, state, pending, events, changed_at, started
-        observation = _observe(stable, panic, pending, now, pipe.aggregation)
+        nonlocal model, pending, events, changed_at, started
+        for window in _windows(stable, panic, pending, now):
+            core.on_window(window)
         pending = []
-        inputs = ScaleInputs(
-            workload=_workload_state(model, now, changed_at, started),
-            observations={METRIC: observation},
-        )
-        result, state = evaluate(policy, inputs, state, now, step_seconds=step)
-        if result.actionable and result.desired != model.requested:
-            if result.desired > model.requested:  # the start-ups the policy learns from
+        core.on_workload(_workload_state(model, now, changed_at, started))
+        for _, out in core.tick(now):  # the decider's own tick, as the service runs it
+            d = out.decision
+            if d is None:
+                continue
+            if d.to_replicas > model.requested:  # the start-ups the policy learns from
                 started = [*started, (now, now + config.startup_seconds)][-startup.RECENT :]
-            model = rm.scale(model, result.desired, now, config.startup_seconds)
+            model = rm.scale(model, d.to_replicas, now, config.startup_seconds)
             events += 1
             changed_at = now
         rows.append(StepRow(now, load, model.requested, model.ready(now)))

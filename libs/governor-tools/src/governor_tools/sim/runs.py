@@ -7,11 +7,12 @@ from pathlib import Path
 
 import msgspec
 
+from governor.cores.decider import Evaluate
 from governor.spec import ScalingPolicySpec
 from governor_tools.sim import report
 from governor_tools.sim.oracle import ORACLE, gap_closed, run_oracle
 from governor_tools.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS, hpa_policy
-from governor_tools.sim.replay import Evaluate, Run, SimConfig, replay
+from governor_tools.sim.replay import Run, SimConfig, replay
 from governor_tools.sim.traces import Trace
 
 HPA = "hpa"

@@ -46,8 +46,8 @@ import msgspec
 import yaml
 
 from governor import windows as win
-from governor.decider import DeciderCore
-from governor.decider_memory import Outputs
+from governor.cores.decider import DeciderCore
+from governor.cores.decider_memory import Outputs
 from governor.events import NodeState, ScaleDecision, WindowKind, WorkloadState
 from governor.policy import devices as dev
 from governor.policy import elastic as el

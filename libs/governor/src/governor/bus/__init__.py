@@ -78,6 +78,7 @@ from governor.bus.codec import (
     DlqReason,
     Message,
     codec_for,
+    dlq_headers,
 )
 from governor.bus.connect import (
     DEFAULT_BOOTSTRAP,
@@ -128,6 +129,7 @@ __all__ = [
     "codec_for",
     "consumer_lag",
     "default_bootstrap",
+    "dlq_headers",
     "read_table",
     "record_consumer_lag",
     "records_to_end",

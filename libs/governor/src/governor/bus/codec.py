@@ -33,6 +33,27 @@ DlqReason = Literal[
 ]
 
 
+def dlq_headers(
+    headers: Sequence[tuple[str, bytes]],
+    reason: str,
+    detail: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    extra: Sequence[tuple[str, bytes]] = (),
+) -> list[tuple[str, bytes]]:
+    """A dead letter's headers: the record's own, then why and where it came from."""
+    return [
+        *headers,
+        (H_DLQ_REASON, reason.encode()),
+        (H_DLQ_ERROR, detail[:1000].encode("utf-8", "replace")),
+        (H_DLQ_TOPIC, topic.encode()),
+        (H_DLQ_PARTITION, str(partition).encode()),
+        (H_DLQ_OFFSET, str(offset).encode()),
+        *extra,
+    ]
+
+
 class Codec(Generic[T]):
     """JSON (msgspec) for one topic's type; the headers every message of the topic carries."""
 

@@ -13,17 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import Counter
 
-from governor.bus.codec import (
-    H_DLQ_ERROR,
-    H_DLQ_OFFSET,
-    H_DLQ_PARTITION,
-    H_DLQ_REASON,
-    H_DLQ_TOPIC,
-    DeadLetter,
-    Decoder,
-    DlqReason,
-    Message,
-)
+from governor.bus.codec import DeadLetter, Decoder, DlqReason, Message, dlq_headers
 from governor.bus.connect import Liveness, default_bootstrap, start_client, topic_partitions
 from governor.bus.producer import Producer
 from governor.events import Topic
@@ -267,14 +257,9 @@ class Consumer:
         """Send the raw record to `<topic>.dlq` with why, wait for the ack, count it."""
         dlq = self._dlq
         assert dlq is not None
-        headers = [
-            *(rec.headers or ()),
-            (H_DLQ_REASON, reason.encode()),
-            (H_DLQ_ERROR, detail[:1000].encode("utf-8", "replace")),
-            (H_DLQ_TOPIC, rec.topic.encode()),
-            (H_DLQ_PARTITION, str(rec.partition).encode()),
-            (H_DLQ_OFFSET, str(rec.offset).encode()),
-        ]
+        headers = dlq_headers(
+            rec.headers or (), reason, detail, rec.topic, rec.partition, rec.offset
+        )
         target = f"{rec.topic}.dlq"
         # Acked before the offset can be committed: a dead letter is never lost on the way.
         async for attempt in retrying(

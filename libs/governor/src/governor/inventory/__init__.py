@@ -51,8 +51,6 @@ from governor.inventory.names import (
     ROUND_DIGITS,
     TERMINATED_PHASES,
     VOLATILE_FIELDS,
-    VOLCANO_JOB_LABEL,
-    VOLCANO_TASK_LABEL,
     InventoryError,
 )
 from governor.inventory.nodes import (
@@ -139,8 +137,6 @@ __all__ = [
     "ROUND_DIGITS",
     "TERMINATED_PHASES",
     "VOLATILE_FIELDS",
-    "VOLCANO_JOB_LABEL",
-    "VOLCANO_TASK_LABEL",
     "AllocationExtension",
     "Condition",
     "Container",

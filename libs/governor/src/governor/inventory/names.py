@@ -16,10 +16,8 @@ RDMA = "koordinator.sh/rdma"
 FPGA = "koordinator.sh/fpga"
 NVIDIA_GPU = "nvidia.com/gpu"
 
-# Volcano and Kubeflow label their pods with these (volcano.sh/job-name, task-spec;
-# training.kubeflow.org/job-name, replica-type — lower case in training-operator v1).
-VOLCANO_JOB_LABEL = "volcano.sh/job-name"
-VOLCANO_TASK_LABEL = "volcano.sh/task-spec"
+# Kubeflow labels its pods with these (training.kubeflow.org/job-name, replica-type — lower case
+# in training-operator v1; a Volcano Job's are in governor/targets/volcano.py).
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
 KUBEFLOW_REPLICA_LABEL = "training.kubeflow.org/replica-type"
 

@@ -40,6 +40,9 @@ class TargetKind(abc.ABC):
     """One kind of scale target (a Deployment, a CRD with a scale subresource, ...)."""
 
     name: ClassVar[str]
+    # Whether its objects are submitted to a scheduling queue (`governor.quotas.job_queue`),
+    # whose capability then constrains the workload's allocation.
+    queued: ClassVar[bool] = False
 
     @abc.abstractmethod
     def matches(self, group: str, kind: str) -> bool:
@@ -53,6 +56,10 @@ class TargetKind(abc.ABC):
     def selector(self, ref: TargetRef, obj: Mapping[str, Any], name: str) -> LabelSelector | None:
         """The pods the target manages."""
         return self.read(ref, obj, name).selector
+
+    def missing(self, ref: TargetRef) -> tuple[str, str] | None:
+        """What a ScalingPolicy's targetRef of this kind lacks: (its field, the fix), or None."""
+        return None
 
     def needs_scale_subresource(self, ref: TargetRef) -> bool:
         """Whether the replicas' path comes from the CRD's scale subresource (the caller reads

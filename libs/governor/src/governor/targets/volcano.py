@@ -8,12 +8,15 @@ from typing import Any
 
 import msgspec
 
-from governor.inventory.names import VOLCANO_JOB_LABEL, VOLCANO_TASK_LABEL, InventoryError
+from governor.inventory.names import InventoryError
 from governor.inventory.objects import K8sObject, LabelSelector, PodTemplate
 from governor.spec import TargetRef
 from governor.targets.base import TargetKind, TargetView, convert
 
 GROUP = "batch.volcano.sh"
+# Volcano labels a job's pods with these: the pods of one task.
+JOB_LABEL = "volcano.sh/job-name"
+TASK_LABEL = "volcano.sh/task-spec"
 
 
 class _VolcanoTask(K8sObject):
@@ -44,9 +47,15 @@ class _VolcanoJob(K8sObject):
 
 class VolcanoJob(TargetKind):
     name = "volcano"
+    queued = True
 
     def matches(self, group: str, kind: str) -> bool:
         return group == GROUP and kind == "Job"
+
+    def missing(self, ref: TargetRef) -> tuple[str, str] | None:
+        if ref.task:
+            return None
+        return "targetRef.task", "a Volcano Job target must name the task to scale"
 
     def read(self, ref: TargetRef, obj: Mapping[str, Any], name: str) -> TargetView:
         v = convert(obj, _VolcanoJob, name)
@@ -59,9 +68,7 @@ class VolcanoJob(TargetKind):
         return TargetView(
             spec_replicas=task.replicas,
             status_ready=ready,
-            selector=LabelSelector(
-                match_labels={VOLCANO_JOB_LABEL: ref.name, VOLCANO_TASK_LABEL: task.name}
-            ),
+            selector=LabelSelector(match_labels={JOB_LABEL: ref.name, TASK_LABEL: task.name}),
             template=task.template,
             priority_class=v.spec.priority_class_name or task.template.spec.priority_class_name,
             restarts=v.status.retry_count,

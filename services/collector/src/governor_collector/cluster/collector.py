@@ -2,7 +2,7 @@
 
     ScalingPolicy ─┐                                   ┌─► governor.policies  (PolicyRecord)
     targets ───────┤                                   │
-    Pod, Node ─────┼─► Reflectors ─► ClusterModel ─────┼─► governor.workloads (WorkloadState)
+    Pod, Node ─────┼─► Reflectors ─► ClusterCore ──────┼─► governor.workloads (WorkloadState)
     Device ────────┤   (list+watch)  (pure compute,    │
     PriorityClass ─┤                  last published)  ├─► governor.cluster   (NodeState)
     ResourceQuota ─┤                                   ├─► governor.quotas    (QuotaState)
@@ -44,16 +44,16 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from governor import bus
+from governor.cores.cluster import GVK, Change, ClusterCore, Report, Table
 from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
 from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
 from governor.leader import LeaseElector
 from governor.lease import check_timing
-from governor.quotas import PodGroup, Queue, ResourceQuota
+from governor.quotas import QUEUE_API, PodGroup, Queue, ResourceQuota
 from governor.reflector import Reflector
 from governor.retry import retrying
-from governor_collector.cluster.model import GVK, Change, ClusterModel, Table
 
 log = logging.getLogger("governor.collector.cluster")
 
@@ -61,6 +61,15 @@ MESSAGES = Counter(
     "governor_collector_cluster_messages_total",
     "Messages published by the cluster side, by topic and kind (update, tombstone).",
     ["topic", "kind"],
+)
+
+INVALID_POLICIES = Counter(
+    "governor_collector_cluster_invalid_policies_total",
+    "ScalingPolicy objects rejected by governor's validation (not published).",
+)
+INPUT_PROBLEMS = Counter(
+    "governor_collector_cluster_input_problems_total",
+    "Cluster objects (quantities, annotations, targets) that could not be read, first sightings.",
 )
 
 LEADER = Gauge(
@@ -72,7 +81,6 @@ POLICY_API = "governor.dev/v1alpha1"
 # A pod's own namespace (the ServiceAccount's mount): where its Lease lives by default.
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEVICE_API = "scheduling.koordinator.sh/v1alpha1"
-VOLCANO_SCHEDULING_API = "scheduling.volcano.sh/v1beta1"
 
 
 class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -137,7 +145,7 @@ class ClusterCollector:
             "quotas": dataclasses.replace(QUOTAS, name=settings.quotas_topic),
             "queues": dataclasses.replace(QUEUES, name=settings.queues_topic),
         }
-        self.model = ClusterModel(pool_label=settings.pool_label)
+        self.model = ClusterCore(pool_label=settings.pool_label)
         self._api = api
         self._own_api = api is None
         self._wake = asyncio.Event()
@@ -181,8 +189,24 @@ class ClusterCollector:
     # --- wiring -------------------------------------------------------------------------------
 
     def _changed(self) -> None:
+        self._report(self.model.take_reports())
         if self.model.dirty:
             self._wake.set()
+
+    def _report(self, reports: list[Report]) -> None:
+        """Count and log what the core could not read (each once)."""
+        for r in reports:
+            if r.kind == "invalid_policy":
+                INVALID_POLICIES.inc()
+                log.warning(
+                    "invalid ScalingPolicy %s (not published): %s",
+                    r.key,
+                    r.text,
+                    extra={"policy": r.key},
+                )
+            else:
+                INPUT_PROBLEMS.inc()
+                log.warning("cluster input problem: %s", r.text)
 
     def _reflector(self, path: str, typ: type[Any], on_change: Any, name: str) -> Reflector[Any]:
         def callback(key: str, old: Any, new: Any) -> None:
@@ -344,10 +368,8 @@ class ClusterCollector:
             self._reflector("/api/v1/resourcequotas", ResourceQuota, m.on_quota, "resourcequotas"),
         ]
         # Volcano's CRDs may be absent (a cluster without Volcano): watched, never waited for.
-        self._reflector(f"/apis/{VOLCANO_SCHEDULING_API}/queues", Queue, m.on_queue, "queues")
-        self._reflector(
-            f"/apis/{VOLCANO_SCHEDULING_API}/podgroups", PodGroup, m.on_podgroup, "podgroups"
-        )
+        self._reflector(f"/apis/{QUEUE_API}/queues", Queue, m.on_queue, "queues")
+        self._reflector(f"/apis/{QUEUE_API}/podgroups", PodGroup, m.on_podgroup, "podgroups")
         devices = self._reflector(
             f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
         )
@@ -406,7 +428,8 @@ class ClusterCollector:
                     await self._load_published()
                     self._reload = False
                     self.model.mark_all_dirty()
-                changes = self.model.compute(time.time())
+                changes = self.model.tick(time.time()).records
+                self._report(self.model.take_reports())
             except Exception:  # a bug must not stop the other keys' updates for good
                 log.exception("computing the cluster state failed; retrying in %.1fs", backoff)
                 self.model.mark_all_dirty()

@@ -1,9 +1,11 @@
-"""The cluster side's state, without I/O: what the watches saw, and what was last published.
+"""The cluster collector's core, without I/O: what the watches saw, and what was last published.
 
-The reflectors feed `on_*` with every object change; `compute(now)` turns the current objects
-into the messages worth sending (one per key whose content differs from the last published value,
-tombstones for keys that are gone); the shell sends them and calls `acknowledge` for each one the
-broker acknowledged. `published` starts from the compacted topics themselves, so a restart
+The reflectors feed `on_*` with every object change; `tick(now)` (`compute`) turns the current
+objects into the messages worth sending (`Outputs.records`: one per key whose content differs
+from the last published value, tombstones for keys that are gone); the shell sends them and
+calls `acknowledge` for each one the broker acknowledged. What could not be read is reported,
+not logged: `take_reports` hands the shell each new input problem and invalid policy (it counts
+and logs them). `published` starts from the compacted topics themselves, so a restart
 publishes only what changed while the collector was down (and tombstones what went away).
 
 What each output depends on (so that `compute` only recomputes what an event can have changed):
@@ -23,15 +25,14 @@ are still tracked with it); a target that cannot be read keeps its last known se
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
-from prometheus_client import Counter
 
 from governor import targets
+from governor.cores import Outputs
 from governor.events import Event
 from governor.inventory import (
     POOL_LABEL,
@@ -60,23 +61,22 @@ from governor.quotas import (
 )
 from governor.spec import PolicyError, ScalingPolicy
 from governor.targets import TargetView, target_view
-from governor.targets.volcano import VOLCANO_JOB
-
-log = logging.getLogger("governor.collector.cluster")
-
-INVALID_POLICIES = Counter(
-    "governor_collector_cluster_invalid_policies_total",
-    "ScalingPolicy objects rejected by governor's validation (not published).",
-)
-INPUT_PROBLEMS = Counter(
-    "governor_collector_cluster_input_problems_total",
-    "Cluster objects (quantities, annotations, targets) that could not be read, first sightings.",
-)
 
 Table = Literal["policies", "workloads", "cluster", "quotas", "queues"]
 TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster", "quotas", "queues")
 GVK = tuple[str, str]  # (apiVersion, kind) of a target
 TargetStatus = Literal["pending", "synced", "missing"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Something the shell counts and logs: an input that could not be read (`problem`, each
+    text once), or a ScalingPolicy rejected by validation (`invalid_policy`, once per
+    resourceVersion; `key` names it)."""
+
+    kind: Literal["problem", "invalid_policy"]
+    text: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Change:
     value: Event | None
 
 
-class ClusterModel:
+class ClusterCore:
     def __init__(self, *, pool_label: str = POOL_LABEL, max_problems_remembered: int = 10_000):
         self.pool_label = pool_label
         self.nodes: dict[str, Node] = {}
@@ -124,6 +124,7 @@ class ClusterModel:
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}
         self.covered: dict[str, Covered] = {}
+        self.reports: list[Report] = []  # since the last `take_reports`
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -244,12 +245,15 @@ class ClusterModel:
         if len(self._seen_problems) >= self._max_problems:
             self._seen_problems.clear()
         self._seen_problems.add(text)
-        INPUT_PROBLEMS.inc()
-        log.warning("cluster input problem: %s", text)
+        self.reports.append(Report("problem", text))
+
+    def take_reports(self) -> list[Report]:
+        reports, self.reports = self.reports, []
+        return reports
 
     def policy(self, key: str) -> ScalingPolicy | None:
-        """The validated policy of a ScalingPolicy object (None if invalid; logged and counted
-        once per resourceVersion)."""
+        """The validated policy of a ScalingPolicy object (None if invalid; reported once per
+        resourceVersion)."""
         obj = self.policies.get(key)
         if obj is None:
             return None
@@ -260,13 +264,7 @@ class ClusterModel:
                 result: ScalingPolicy | PolicyError = policy_from_cluster(obj)
             except PolicyError as e:
                 result = e
-                INVALID_POLICIES.inc()
-                log.warning(
-                    "invalid ScalingPolicy %s (not published): %s",
-                    key,
-                    e,
-                    extra={"policy": key},
-                )
+                self.reports.append(Report("invalid_policy", str(e), key))
             cached = (rv, result)
             self._policy_cache[key] = cached
         return cached[1] if isinstance(cached[1], ScalingPolicy) else None
@@ -317,6 +315,10 @@ class ClusterModel:
         return [self.pods[k] for k in self.pods_by_ns.get(namespace, ())]
 
     # --- compute ------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> Outputs[Change]:
+        """The core's shape (`governor.cores.Core`): `compute`'s changes as the records."""
+        return Outputs(records=self.compute(now))
 
     def compute(self, now: float) -> list[Change]:
         """Every message worth sending now (see the module docstring)."""
@@ -453,7 +455,7 @@ class ClusterModel:
     def _covered(self, p: ScalingPolicy, view: TargetView) -> Covered:
         ref = p.spec.target_ref
         queue = None
-        if targets.kind_of(ref) is VOLCANO_JOB:
+        if targets.kind_of(ref).queued:
             obj = self.targets.get((ref.api_version, ref.kind), {}).get(
                 f"{p.metadata.namespace}/{ref.name}"
             )

@@ -41,17 +41,25 @@ role "both" holds both stages in one memory (the simulator, tests).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
 
 from governor import shadow as sh
-from governor.decider_memory import DECISION_PREFIX as DECISION_PREFIX
-from governor.decider_memory import POOL_PREFIX as POOL_PREFIX
-from governor.decider_memory import Memory, Outputs, PoolMemory, Stage1View
-from governor.decider_tick import due_by_time
+from governor.cores.decider_due import due_now, due_pools
+from governor.cores.decider_memory import DECISION_PREFIX as DECISION_PREFIX
+from governor.cores.decider_memory import POOL_PREFIX as POOL_PREFIX
+from governor.cores.decider_memory import (
+    Memory,
+    Outputs,
+    PoolMemory,
+    Stage1View,
+    checkpoint_of,
+    memory_of,
+    pool_memory_of,
+)
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -66,8 +74,7 @@ from governor.events import (
 )
 from governor.ownership import Ownership
 from governor.policy import elastic as el
-from governor.policy import evaluate
-from governor.policy.allocate import Allocation
+from governor.policy import evaluate as evaluate_policy
 from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
@@ -83,11 +90,9 @@ from governor.policy.recommend import (
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.spec import ScalingPolicy, ScalingPolicySpec
 
-_STATE_ENCODER = msgspec.msgpack.Encoder()
-_STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
-_ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
-_ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
 Role = Literal["both", "stage1", "stage2"]
+Evaluate = Callable[..., tuple[ScaleResult, ScaleState]]
+"""governor.policy.evaluate(policy, inputs, state, now, *, step_seconds) -> (result, state)."""
 
 
 def pool_key(pool: str) -> str:
@@ -124,6 +129,8 @@ class DeciderCore:
     shadows: dict[str, dict[str, ScalingPolicy]] = field(default_factory=dict)
     shadow_memory: dict[tuple[str, str], sh.ShadowMemory] = field(default_factory=dict)
     role: Role = "both"
+    # The policy's evaluation; the simulator's reference runs bring their own (the oracle's plan).
+    evaluate: Evaluate = evaluate_policy
     ownership: Ownership = field(default_factory=Ownership.all)
     # Split roles: checkpoints read at the last assignment, applied on first use (by key).
     restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
@@ -137,6 +144,10 @@ class DeciderCore:
     # recommend (stage 1 recommends each workload of a pool with inventory every tick).
     settle_seconds: float = 2.5
     settled_at: float = float("-inf")
+    # Stage 1: the service's tick, and when each workload was last evaluated on its load
+    # (`evaluated_on_load`): one evaluated within the last two ticks is not due by time.
+    tick_seconds: float = 1.0
+    evaluated: dict[str, float] = field(default_factory=dict)
     _inventory: frozenset[str] = frozenset()  # the pools of `nodes`
 
     def __post_init__(self) -> None:
@@ -160,6 +171,8 @@ class DeciderCore:
         if policy is not None:
             self.policies[policy.workload] = policy
             self.policy_keys[key] = policy.workload
+        if old is not None and old not in self.policies:
+            self.evaluated.pop(old, None)
 
     def on_workload(self, state: WorkloadState) -> None:
         known = self.workloads.get(state.workload)
@@ -219,8 +232,9 @@ class DeciderCore:
         the checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
         self.ownership = ownership
         self.settled_at = now + self.settle_seconds
-        for held in (self.memory, self.windows, self.recommendations, self.pools, self.published):
-            held.clear()
+        held = (self.memory, self.windows, self.recommendations, self.pools, self.published)
+        for table in (*held, self.evaluated):
+            table.clear()
         self.restorable.clear()
         self.dirty.clear()
         self.shadow_memory.clear()
@@ -256,26 +270,13 @@ class DeciderCore:
             known = self.pools.get(pool)
             if known is not None and known.seq > cp.seq:
                 return
-            self.pools[pool] = PoolMemory(
-                allocation=_ALLOCATION_DECODER.decode(cp.allocation) if cp.allocation else None,
-                seq=cp.seq,
-            )
+            self.pools[pool] = pool_memory_of(cp)
             return
         workload = cp.workload.removeprefix(DECISION_PREFIX)
         mem = self.memory.get(workload)
         if mem is not None and mem.seq > cp.seq:
             return
-        self.memory[workload] = Memory(
-            state=_STATE_DECODER.decode(cp.scale_state) if cp.scale_state else ScaleState(),
-            seq=cp.seq,
-            last_to=cp.last_to,
-            last_decided_at=cp.last_decided_at,
-            last_newest_input=cp.last_newest_input,
-            last_checkpoint_at=cp.updated_at,
-            elastic=_ELASTIC_DECODER.decode(cp.elastic_state)
-            if cp.elastic_state
-            else el.ElasticState(),
-        )
+        self.memory[workload] = memory_of(cp)
 
     # --- evaluation -----------------------------------------------------------------------
 
@@ -304,7 +305,8 @@ class DeciderCore:
         observations = observe(policy.spec, windows)
         inputs = ScaleInputs(workload=seen, observations=observations)
         spec = capped(self._cap_memo, workload, policy.spec, partition_cap(policy.spec, windows))
-        result, mem.state = evaluate(spec, inputs, mem.state, now, step_seconds=self.step_seconds)
+        step = self.step_seconds
+        result, mem.state = self.evaluate(spec, inputs, mem.state, now, step_seconds=step)
         throughput = None
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
@@ -566,27 +568,25 @@ class DeciderCore:
         out.note = "; ".join(notes)
         return out
 
-    def tick(self, now: float) -> Iterable[tuple[str, Outputs]]:
-        """Every due workload's stage 1 (`due_by_time`), then each pool's stage 2."""
-        for workload in due_by_time(self):
-            yield workload, self.decide(workload, now)
-        for pool in self.inventory_pools():
-            yield pool_key(pool), self.decide_pool(pool, now)
+    def evaluated_on_load(self, workloads: Iterable[str], now: float) -> None:
+        """These were just evaluated on their load (`decide`): the next tick may skip them."""
+        for workload in workloads:
+            self.evaluated[workload] = now
+
+    def tick(self, now: float) -> Iterator[tuple[str, Outputs]]:
+        """The clock: stage 1 of every workload due (`decider_due.due_now`), then stage 2 of
+        each owned pool with inventory (keyed `pool_key`); a split core runs its own stage.
+        Lazy: each evaluation happens as it is taken, so the shell can time and publish it."""
+        if self.role != "stage2":
+            for workload in due_now(self, now):
+                yield workload, self.decide(workload, now)
+        if self.role != "stage1":
+            for pool in due_pools(self):
+                yield pool_key(pool), self.decide_pool(pool, now)
 
     def _checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint:
-        mem.last_checkpoint_at = now
-        return DeciderCheckpoint(
-            workload=DECISION_PREFIX + workload if self.role == "stage2" else workload,
-            seq=mem.seq,
-            last_to=mem.last_to,
-            last_decided_at=mem.last_decided_at,
-            last_newest_input=mem.last_newest_input,
-            scale_state=_STATE_ENCODER.encode(mem.state),
-            updated_at=now,
-            elastic_state=_STATE_ENCODER.encode(mem.elastic)
-            if mem.elastic != el.ElasticState()
-            else b"",
-        )
+        key = DECISION_PREFIX + workload if self.role == "stage2" else workload
+        return checkpoint_of(key, mem, now)
 
     def _maybe_checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint | None:
         if now - mem.last_checkpoint_at < self.checkpoint_every:

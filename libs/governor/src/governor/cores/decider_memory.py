@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from governor.events import (
     DeciderCheckpoint,
     Recommendation,
@@ -16,6 +18,11 @@ from governor.policy.allocate import Allocation
 from governor.policy.rebalance import ShortKey
 from governor.policy.types import ScaleResult, ScaleState
 from governor.spec import ScalingPolicy
+
+_STATE_ENCODER = msgspec.msgpack.Encoder()
+_STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
+_ELASTIC_DECODER = msgspec.msgpack.Decoder(el.ElasticState)
+_ALLOCATION_DECODER = msgspec.msgpack.Decoder(Allocation)
 
 POOL_PREFIX = "pool:"
 DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
@@ -47,6 +54,44 @@ class PoolMemory:
     allocation: Allocation | None = None
     seq: int = 0
     shortfalls: dict[str, ShortKey] = field(default_factory=dict)  # last published per workload
+
+
+def memory_of(cp: DeciderCheckpoint) -> Memory:
+    """A workload's memory as its checkpoint has it."""
+    return Memory(
+        state=_STATE_DECODER.decode(cp.scale_state) if cp.scale_state else ScaleState(),
+        seq=cp.seq,
+        last_to=cp.last_to,
+        last_decided_at=cp.last_decided_at,
+        last_newest_input=cp.last_newest_input,
+        last_checkpoint_at=cp.updated_at,
+        elastic=_ELASTIC_DECODER.decode(cp.elastic_state)
+        if cp.elastic_state
+        else el.ElasticState(),
+    )
+
+
+def pool_memory_of(cp: DeciderCheckpoint) -> PoolMemory:
+    """A pool's memory (its allocation) as its checkpoint has it."""
+    allocation = _ALLOCATION_DECODER.decode(cp.allocation) if cp.allocation else None
+    return PoolMemory(allocation=allocation, seq=cp.seq)
+
+
+def checkpoint_of(key: str, mem: Memory, now: float) -> DeciderCheckpoint:
+    """The checkpoint (keyed `key`) of a workload's memory at `now`, which it then dates."""
+    mem.last_checkpoint_at = now
+    return DeciderCheckpoint(
+        workload=key,
+        seq=mem.seq,
+        last_to=mem.last_to,
+        last_decided_at=mem.last_decided_at,
+        last_newest_input=mem.last_newest_input,
+        scale_state=_STATE_ENCODER.encode(mem.state),
+        updated_at=now,
+        elastic_state=_STATE_ENCODER.encode(mem.elastic)
+        if mem.elastic != el.ElasticState()
+        else b"",
+    )
 
 
 @dataclass

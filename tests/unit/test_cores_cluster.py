@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 
+from governor.cores.cluster import Change, ClusterCore, Report
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DeviceObject, Node, Pod
-from governor_collector.cluster.model import INVALID_POLICIES, Change, ClusterModel
 
 DEPLOY = ("apps/v1", "Deployment")
 
@@ -85,8 +85,8 @@ DEPLOYMENT = {
 }
 
 
-def populated() -> ClusterModel:
-    m = ClusterModel()
+def populated() -> ClusterCore:
+    m = ClusterCore()
     m.devices_served = True
     m.on_node("n1", None, node("n1"))
     m.on_node("n2", None, node("n2"))
@@ -100,7 +100,7 @@ def populated() -> ClusterModel:
     return m
 
 
-def publish(m: ClusterModel, now: float = 1.0) -> list[Change]:
+def publish(m: ClusterCore, now: float = 1.0) -> list[Change]:
     changes = m.compute(now)
     for ch in changes:
         m.acknowledge(ch)
@@ -190,17 +190,34 @@ def test_deleted_node_is_tombstoned() -> None:
     assert keys(publish(m)) == [("cluster", "n2", True)]
 
 
-def test_invalid_policy_is_counted_not_published_nor_tombstoned() -> None:
+def test_invalid_policy_is_reported_not_published_nor_tombstoned() -> None:
     m = populated()
     publish(m)
-    before = INVALID_POLICIES._value.get()
+    m.take_reports()
     m.on_policy("ns/web", None, policy(rv="3", max_replicas=0))
     assert publish(m) == []
-    assert INVALID_POLICIES._value.get() == before + 1
-    publish(m)  # counted once per resourceVersion
-    assert INVALID_POLICIES._value.get() == before + 1
+    [report] = m.take_reports()
+    assert (report.kind, report.key) == ("invalid_policy", "ns/web") and report.text
+    publish(m)  # reported once per resourceVersion
+    assert m.take_reports() == []
     m.on_policy("ns/bad", None, policy("bad", max_replicas=0))
     assert publish(m) == []
+    assert [r.key for r in m.take_reports()] == ["ns/bad"]
+
+
+def test_an_unreadable_input_is_reported_once() -> None:
+    m = populated()
+    publish(m)
+    m.take_reports()
+    bad = msgspec.structs.replace(m.nodes["n2"], status=msgspec.structs.replace(
+        m.nodes["n2"].status, allocatable={"cpu": "lots"}))  # fmt: skip
+    m.on_node("n2", m.nodes["n2"], bad)
+    publish(m)
+    reports = m.take_reports()
+    assert reports and all(isinstance(r, Report) and r.kind == "problem" for r in reports)
+    m.on_node("n2", bad, bad)
+    publish(m)
+    assert m.take_reports() == []  # each text once
 
 
 def test_unknown_target_kind_keeps_the_last_value() -> None:

@@ -1,0 +1,45 @@
+"""Which workloads and pools a decider tick evaluates: the one rule of `DeciderCore.tick`, which
+the service's ticker and the scenario runner both call, so they cannot tick differently."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from governor.cores.decider import DeciderCore
+
+
+def due_by_time(
+    core: DeciderCore, recent: float = math.inf, evaluated: Mapping[str, float] | None = None
+) -> list[str]:
+    """Every workload with load, and every member of a pool with inventory (stage 2 needs a
+    pool's whole set), that `core` owns, in order; except those evaluated on their load since
+    `recent` (`evaluated`: workload -> when), which time still reaches on the next tick (at least
+    every two, for staleness, fallback, cooldowns and panic exit)."""
+    pools = set(core.inventory_pools())
+    members = {w for w, p in core.policies.items() if p.spec.pool in pools}
+    owns = core.ownership.owns_workload
+    done = evaluated or {}
+    return [
+        w
+        for w in sorted(set(core.windows) | members)
+        if done.get(w, -math.inf) < recent and owns(w)
+    ]
+
+
+def due_now(core: DeciderCore, now: float) -> list[str]:
+    """Stage 1 by time at `now`: `due_by_time`, less the workloads their load evaluated within
+    the last two ticks (`DeciderCore.evaluated`). At 1 sample/s and a 1 s tick, one tick would
+    leave every workload whose load came a little over a second apart (about half of them) to be
+    evaluated twice; time still moves for each at least every three ticks (a tick does not mark
+    a workload)."""
+    return due_by_time(core, now - 2 * core.tick_seconds, core.evaluated)
+
+
+def due_pools(core: DeciderCore) -> list[str]:
+    """Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure changes its
+    allocation)."""
+    owned = core.ownership.owns_pool
+    return [pool for pool in core.inventory_pools() if owned(pool)]
