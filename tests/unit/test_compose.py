@@ -147,7 +147,8 @@ def test_topics_one_shot_provisions_topics_and_acls_as_admin() -> None:
             "service_completed_successfully"
         )
     kafka = _env(SERVICES["kafka"])
-    assert SERVICES["kafka"]["entrypoint"] == ["bash", "/governor/kafka/kafka.sh", "run", "--secure"]
+    entrypoint = ["bash", "/governor/kafka/kafka.sh", "run", "--secure"]
+    assert SERVICES["kafka"]["entrypoint"] == entrypoint
     assert (kafka["GOVERNOR_KAFKA_ADVERTISED_HOST"], kafka["GOVERNOR_KAFKA_SECURE_PORT"]) == (
         "kafka",
         "9094",
