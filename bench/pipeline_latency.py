@@ -540,9 +540,9 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
 def state_sizes() -> dict[str, int]:
     """Bytes per workload of the decider's checkpoint and the aggregator's table value, after a
     300 s run at 1 sample/s and 15 s steps (computed with the same code, not the services)."""
+    from governor.cores.aggregator import MetricWindows
     from governor.decider import DeciderCore
     from governor.windows import SeriesWindows, hopping, ingest, to_load_window
-    from governor_aggregator.main import MetricWindows
 
     core = DeciderCore()
     p = policy("size", 0)

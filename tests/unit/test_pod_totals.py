@@ -147,7 +147,7 @@ def test_desired_depends_on_the_load_not_on_when_pods_became_ready(
 
 
 def test_the_aggregators_load_message_carries_the_totals_on_every_view() -> None:
-    from governor_aggregator.main import load_message
+    from governor.cores.aggregator import load_message
 
     samples = _samples([5] * 30 + [20] * 30, 200.0)
     totals = pt.add_samples(pt.PodTotals(horizon=70), samples)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -67,25 +66,22 @@ from governor.bus import (
     codec_for,
     record_consumer_lag,
 )
+from governor.cores import Outputs
+from governor.cores.aggregator import (
+    AggregatorCore,
+    Emitted,
+    StateWrite,
+    WindowSettings,
+    WorkloadSamples,
+)
 from governor.entry import service_settings
-from governor.events import WindowKind
 from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
-from governor.pod_totals import PodTotals, add_samples, pod_sample
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter, Tally
-from governor.windows import (
-    SeriesWindows,
-    WindowAcc,
-    WindowSpec,
-    estimate,
-    hopping,
-    ingest_many,
-)
 from governor_aggregator.cli import PREFIX
-from governor_aggregator.messages import load_message, signature
-from governor_aggregator.table import MetricWindows, WorkloadTable, WorkloadWindows
+from governor_aggregator.table import WorkloadTable
 
 log = logging.getLogger("governor.aggregator")
 
@@ -139,8 +135,6 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     load_topic: str = events.LOAD.name
 
 
-_STATE_ENC = msgspec.msgpack.Encoder()
-_STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
 _LOAD = codec_for(events.LOAD)
 
 
@@ -156,31 +150,19 @@ def broker_credentials(sec: KafkaSecurity) -> Any:
     )
 
 
-def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
-    """The open windows' running values of one series (those that have samples)."""
-    out: list[tuple[WindowKind, WindowAcc]] = []
-    for kind, series in (("stable", state.stable), ("panic", state.panic)):
-        newest = series.newest if series.newest is not None else time.time()
-        acc = estimate(series, newest)
-        if acc is not None:
-            out.append((kind, acc))  # type: ignore[arg-type]
-    return out
+def window_settings(s: AggregatorSettings) -> WindowSettings:
+    fields = WindowSettings.__struct_fields__
+    return WindowSettings(**{f: getattr(s, f) for f in fields})
 
 
 class Aggregation:
-    """The agent's work over one faust app: records in, table writes and load windows out."""
+    """The agent's glue over one faust app: records in (offset order, dead letters), the core
+    (`governor.cores.aggregator`) folding them, table writes and load windows out."""
 
     def __init__(self, app: faust.App, s: AggregatorSettings) -> None:
         self.app = app
         self.s = s
-        self.specs: dict[str, WindowSpec] = {
-            "stable": hopping(
-                s.stable_window_seconds, s.stable_hop_seconds, s.allowed_lateness_seconds
-            ),
-            "panic": hopping(
-                s.panic_window_seconds, s.panic_hop_seconds, s.allowed_lateness_seconds
-            ),
-        }
+        self.core = AggregatorCore(window_settings(s))
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         self.metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
         self.dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
@@ -195,7 +177,6 @@ class Aggregation:
         self.headers = Decoder(events.METRICS)
         self.expected_headers = codec_for(events.METRICS).headers
         self.partitions: Partitions | None = None
-        self.live: dict[bytes, WorkloadWindows] = {}
         # Next offset to handle per metrics partition (governor_bus_consumer_lag).
         self.handled: dict[tuple[str, int], int] = {}
         # Per metrics partition the next offset to fold: records faust delivers from a stale
@@ -203,13 +184,6 @@ class Aggregation:
         self.order = StreamOrder(s.gap_timeout_seconds)
         self.resume_at: dict[int, int] | None = None
         self.interval = s.publish_interval_ms / 1000.0
-        horizon = s.stable_window_seconds + s.allowed_lateness_seconds
-        self.no_totals = PodTotals(s.instant_seconds, horizon)
-        # Per series: when it was last published (monotonic) and the estimates it carried, so
-        # an unchanged estimate is not sent again and a series goes out at most every interval.
-        self.published_at: dict[tuple[str, str], float] = {}
-        self.published: dict[tuple[str, str], tuple[tuple[float, int], ...]] = {}
-        self.dirty: dict[tuple[str, str], MetricWindows] = {}
         self.load_partition: dict[str, int] = {}
         self.load_headers = list(_LOAD.headers)
         self.window_counters = {
@@ -217,50 +191,30 @@ class Aggregation:
             for kind in ("stable", "panic")
             for closed in (True, False)
         }
-        self.samples_ok = SAMPLES.labels("ok")
-        self.samples_late = SAMPLES.labels("late")
-        self.samples_dup = SAMPLES.labels("duplicate")
+        self.samples = {o: SAMPLES.labels(o) for o in ("ok", "late", "duplicate")}
         self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
         self.tally = Tally()  # per workload and window counts, applied once per batch
 
-    def new_series(self) -> MetricWindows:
-        return MetricWindows(
-            -1, SeriesWindows(spec=self.specs["stable"]), SeriesWindows(spec=self.specs["panic"])
-        )
-
-    def state_of(self, kb: bytes) -> WorkloadWindows:
-        state = self.live.get(kb)
-        if state is None:
-            stored = self.table.get(kb)
-            state = {}
-            if stored is not None:
-                try:
-                    state = _STATE_DEC.decode(stored)
-                except msgspec.DecodeError:  # another version's value: start the series over
-                    log.warning("table value of %r unreadable: starting over", kb)
-            self.live[kb] = state
-        return state
+    def hold(self, workload: str) -> None:
+        """The core holds `workload`'s state: from the table when it did not."""
+        if not self.core.holds(workload):
+            kb = workload.encode()
+            if not self.core.restore(workload, self.table.get(kb)):
+                log.warning("table value of %r unreadable: starting over", kb)
 
     def revoked(self) -> None:
         """Partitions moved: the table (restored from the changelog) is the truth again."""
-        self.live.clear()
-        self.dirty.clear()
+        self.core.revoked()
         self.order.moved()
         self.resume_at = None
 
     def resume_point(self, partition: int, parts: Partitions) -> int | None:
-        """Where a metrics partition resumes: after the newest record folded into the state of
-        its workloads (one workload lives in one partition, and a source offset is committed
-        only after the table write that folded it, so the re-fetch starts at or before this).
-        None: nothing of it folded yet; it resumes with whatever comes first."""
+        """Where a metrics partition resumes (`AggregatorCore.resume_offsets`). None: nothing
+        of it folded yet; it resumes with whatever comes first."""
         if self.resume_at is None:
-            newest: dict[int, int] = {}
             for kb in list(self.table.keys()):
-                series = self.state_of(kb).values()
-                if series:
-                    p = parts.of(kb.decode())
-                    newest[p] = max(newest.get(p, -1), *(m.offset for m in series))
-            self.resume_at = {p: off + 1 for p, off in newest.items() if off >= 0}
+                self.hold(kb.decode())
+            self.resume_at = self.core.resume_offsets(parts)
         return self.resume_at.get(partition)
 
     def partitions_of_metrics(self) -> Partitions:
@@ -296,7 +250,9 @@ class Aggregation:
                 items.append((message.offset, smp))
         now = time.monotonic()
         for workload, items in by_workload.items():
-            await self.fold(workload, items, now)
+            self.hold(workload)
+            await self.emit(self.core.on(WorkloadSamples(workload, items, now)))
+        self.count_samples()
         self.tally.flush()
 
     async def read(self, message: Any, parts: Partitions) -> list[events.MetricSample]:
@@ -323,37 +279,18 @@ class Aggregation:
             await self.refuse(message, pairs, r)
         return good
 
-    async def fold(
-        self, workload: str, items: list[tuple[int, events.MetricSample]], now: float
-    ) -> None:
-        kb = workload.encode()
-        state = self.state_of(kb)
-        by_metric: dict[str, list[tuple[int, events.MetricSample]]] = {}
-        for off, smp in items:
-            by_metric.setdefault(smp.metric, []).append((off, smp))
-        changed = False
-        for metric, series_items in by_metric.items():
-            series = state.get(metric) or self.new_series()
-            fresh = [(off, smp) for off, smp in series_items if off > series.offset]
-            if len(fresh) < len(series_items):
-                self.tally.add(self.samples_dup, len(series_items) - len(fresh))
-            if not fresh:
-                continue
-            pairs = [(smp.timestamp, smp.value) for _, smp in fresh]
-            stable, closed_stable, late = ingest_many(series.stable, pairs)
-            panic, closed_panic, _ = ingest_many(series.panic, pairs)
-            totals = self.pod_totals(series.totals, fresh)
-            series = state[metric] = MetricWindows(fresh[-1][0], stable, panic, totals)
-            changed = True
-            if late:
-                self.tally.add(self.samples_late, late)
-            if len(pairs) > late:
-                self.tally.add(self.samples_ok, len(pairs) - late)
-            closed: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_stable]
-            closed += [("panic", a) for a in closed_panic]
-            await self.maybe_publish(workload, metric, series, closed, now)
-        if changed:
-            await self.store(kb, _STATE_ENC.encode(state))
+    async def emit(self, out: Outputs[Emitted]) -> None:
+        """The core's table writes (the changelog is the checkpoint), then its load windows."""
+        for write in out.checkpoints:
+            assert isinstance(write, StateWrite)
+            await self.store(write.key, write.value)
+        for window in out.records:
+            assert isinstance(window, events.LoadWindow)
+            await self.publish(window)
+
+    def count_samples(self) -> None:
+        for outcome, n in self.core.take_counts().items():
+            self.tally.add(self.samples[outcome], n)
 
     async def store(self, kb: bytes, value: bytes) -> None:
         try:
@@ -363,46 +300,9 @@ class Aggregation:
             await self.app.producer.send_and_wait(topic, kb, value, None, None, None)
             self.table[kb] = value
 
-    async def maybe_publish(
-        self,
-        workload: str,
-        metric: str,
-        series: MetricWindows,
-        closed: list[tuple[WindowKind, WindowAcc]],
-        now: float,
-    ) -> None:
-        """A window closed: out now, with the estimates. Else the estimates, unless this series
-        went out less than an interval ago (then the timer sends them)."""
-        key = (workload, metric)
-        if closed or now - self.published_at.get(key, -math.inf) >= self.interval:
-            self.dirty.pop(key, None)
-            await self.publish_series(key, series, closed, now)
-        else:
-            self.dirty[key] = series
-
-    async def publish_series(
-        self,
-        key: tuple[str, str],
-        series: MetricWindows,
-        closed: list[tuple[WindowKind, WindowAcc]],
-        now: float,
-    ) -> None:
-        opened = estimates(series)
-        sig = signature(opened)
-        if not closed and sig == self.published.get(key):
-            return
-        window = load_message(key[0], key[1], closed, opened, series.totals)
-        self.published[key] = sig
-        self.published_at[key] = now
-        if window is not None:
-            await self.publish(window)
-
     async def publish_dirty(self) -> None:
         SERIES.set(len(self.table))
-        pending, self.dirty = self.dirty, {}
-        now = time.monotonic()
-        for key, series in pending.items():
-            await self.publish_series(key, series, [], now)
+        await self.emit(self.core.tick(time.monotonic()))
         self.tally.flush()
 
     async def publish(self, window: events.LoadWindow) -> None:
@@ -422,11 +322,6 @@ class Aggregation:
         self.tally.add(self.window_counters[(window.window, window.closed)])
         for v in window.more:
             self.tally.add(self.window_counters[(v.window, v.closed)])
-
-    def pod_totals(self, totals: PodTotals | None, fresh: list[Any]) -> PodTotals | None:
-        """A per-pod series' instants with its fresh per-pod samples added."""
-        pods = [p for _, m in fresh if (p := pod_sample(m)) is not None]
-        return add_samples(totals or self.no_totals, pods) if pods else totals
 
     # --- dead letters ------------------------------------------------------------------------
 

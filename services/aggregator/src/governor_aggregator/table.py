@@ -1,33 +1,12 @@
-"""The aggregator's faust table: its value (the windows of a workload's series) and its class."""
+"""The aggregator's faust table class (its value: `governor.cores.aggregator.WorkloadWindows`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import faust
-import msgspec
 
 from governor.metric_records import Partitions
-from governor.pod_totals import PodTotals
-from governor.windows import SeriesWindows
-
-
-class MetricWindows(msgspec.Struct, array_like=True):
-    """The windows of one (workload, metric) and the last source offset applied to them.
-
-    `offset` makes reprocessing idempotent: after a rebalance or a crash the new owner restores
-    this value from the changelog and skips every record at or below it (one workload lives in
-    one partition, so its offsets only grow) — at-least-once delivery, exactly-once windows.
-    """
-
-    offset: int
-    stable: SeriesWindows
-    panic: SeriesWindows
-    totals: PodTotals | None = None  # a per-pod series' instants (governor.pod_totals)
-
-
-# The table value of one workload: its series by metric.
-WorkloadWindows = dict[str, MetricWindows]
 
 
 class WorkloadTable(faust.Table):  # type: ignore[misc]

@@ -1,0 +1,191 @@
+"""The aggregator's core (governor.cores.aggregator): dedup by source offset, the windows, the
+throttle, and the state it hands the table and takes back."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor import events
+from governor.cores.aggregator import (
+    AggregatorCore,
+    StateWrite,
+    WindowSettings,
+    WorkloadSamples,
+    WorkloadWindows,
+)
+from governor.metric_records import Partitions
+
+W = "ns/Deployment/web"
+S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 500 ms throttle
+
+
+def sample(ts: float, value: float = 1.0, metric: str = "rps") -> events.MetricSample:
+    return events.MetricSample(workload=W, metric=metric, value=value, timestamp=ts)
+
+
+def items(times: list[float], first_offset: int = 0) -> list[tuple[int, events.MetricSample]]:
+    return [(first_offset + i, sample(ts, float(i))) for i, ts in enumerate(times)]
+
+
+def state_of(write: object) -> WorkloadWindows:
+    assert isinstance(write, StateWrite)
+    assert write.key == W.encode()
+    return msgspec.msgpack.decode(write.value, type=WorkloadWindows)
+
+
+def test_a_fold_checkpoints_the_state_and_publishes_the_estimates() -> None:
+    core = AggregatorCore(S)
+    out = core.on(WorkloadSamples(W, items([1000.0, 1000.5]), now=0.0))
+    [write] = out.checkpoints
+    assert state_of(write)["rps"].offset == 1
+    [window] = out.records
+    assert isinstance(window, events.LoadWindow)
+    assert (window.workload, window.metric, window.closed) == (W, "rps", False)
+    assert {window.window} | {v.window for v in window.more} == {"stable", "panic"}
+    assert window.count == 2
+    assert core.take_counts() == {"ok": 2}
+    assert core.take_counts() == {}
+
+
+def test_redelivered_samples_are_counted_duplicate_and_change_nothing() -> None:
+    core = AggregatorCore(S)
+    batch = items([1000.0, 1001.0, 1002.0])
+    core.on(WorkloadSamples(W, batch, now=0.0))
+    core.take_counts()
+    again = core.on(WorkloadSamples(W, batch, now=10.0))
+    assert not again  # no table write, no load window
+    assert core.take_counts() == {"duplicate": 3}
+
+
+def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
+    core = AggregatorCore(S)
+    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
+    held = core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.2))
+    assert held.checkpoints and not held.records  # less than 500 ms after the last one
+    [window] = core.tick(0.3).records
+    assert isinstance(window, events.LoadWindow) and window.count == 2
+    assert not core.tick(0.4)  # nothing held back any more
+
+
+def test_an_unchanged_estimate_is_not_sent_again() -> None:
+    core = AggregatorCore(S)
+    assert core.on(WorkloadSamples(W, items([1100.0]), now=0.0)).records
+    # a fresh record whose sample is late changes no window: a second later nothing goes out
+    out = core.on(WorkloadSamples(W, items([1000.0], first_offset=1), now=1.0))
+    assert out.checkpoints and not out.records
+
+
+def test_a_closed_window_goes_out_at_once_within_the_interval() -> None:
+    core = AggregatorCore(S)
+    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
+    # 20 s later in event time: the panic windows around 1000 s close (watermark passed them)
+    out = core.on(WorkloadSamples(W, items([1020.0], first_offset=1), now=0.1))
+    [window] = out.records
+    assert isinstance(window, events.LoadWindow)
+    views = [window, *window.more]
+    assert any(v.closed and v.window == "panic" for v in views)
+
+
+def test_a_restored_state_keeps_the_offsets_so_a_rebalance_does_not_fold_twice() -> None:
+    first = AggregatorCore(S)
+    batch = items([1000.0, 1001.0])
+    [write] = first.on(WorkloadSamples(W, batch, now=0.0)).checkpoints
+    assert isinstance(write, StateWrite)
+    second = AggregatorCore(S)
+    assert not second.holds(W)
+    assert second.restore(W, write.value)
+    assert second.holds(W)
+    assert not second.on(WorkloadSamples(W, batch, now=1.0))
+    assert second.take_counts() == {"duplicate": 2}
+
+
+def test_an_unreadable_table_value_starts_the_series_over() -> None:
+    core = AggregatorCore(S)
+    assert core.restore(W, b"\xc1 not msgpack") is False
+    assert core.holds(W) and core.live[W] == {}
+    assert core.restore(W, None) is True
+
+
+def test_revoked_drops_the_state_and_the_held_back_series() -> None:
+    core = AggregatorCore(S)
+    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
+    core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.1))
+    assert core.dirty
+    core.revoked()
+    assert not core.holds(W) and not core.dirty
+    assert not core.tick(10.0)
+
+
+def test_resume_offsets_are_one_after_the_newest_folded_per_partition() -> None:
+    parts = Partitions(12)
+    core = AggregatorCore(S)
+    other = "ns/Deployment/api"
+    core.on(WorkloadSamples(W, items([1000.0, 1001.0], first_offset=40), now=0.0))
+    core.on(WorkloadSamples(other, [(7, sample(1000.0))], now=0.0))
+    core.restore("ns/Deployment/empty", None)
+    expected: dict[int, int] = {}
+    for workload, newest in ((W, 41), (other, 7)):
+        p = parts.of(workload)
+        expected[p] = max(expected.get(p, 0), newest + 1)
+    assert core.resume_offsets(parts) == expected
+
+
+def test_late_samples_are_counted_late_not_ok() -> None:
+    core = AggregatorCore(S)
+    core.on(WorkloadSamples(W, items([1100.0]), now=0.0))
+    core.take_counts()
+    core.on(WorkloadSamples(W, items([1000.0], first_offset=1), now=1.0))  # behind the watermark
+    assert core.take_counts() == {"late": 1}
+
+
+times = st.lists(st.floats(1000.0, 1200.0, allow_nan=False), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(times, st.lists(st.integers(1, 10), min_size=1, max_size=10))
+def test_the_state_does_not_depend_on_how_samples_were_batched(
+    ts: list[float], cuts: list[int]
+) -> None:
+    whole = AggregatorCore(S)
+    [expected] = whole.on(WorkloadSamples(W, items(ts), now=0.0)).checkpoints
+    split = AggregatorCore(S)
+    batch, start, last = items(ts), 0, None
+    for size in [*cuts, len(batch)]:
+        part = batch[start : start + size]
+        if part:
+            out = split.on(WorkloadSamples(W, part, now=float(start)))
+            last = out.checkpoints[-1] if out.checkpoints else last
+        start += size
+    assert last is not None and state_of(last) == state_of(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(times, st.integers(0, 39))
+def test_replaying_any_suffix_after_a_crash_changes_nothing(ts: list[float], crash: int) -> None:
+    batch = items(ts)
+    core = AggregatorCore(S)
+    [write] = core.on(WorkloadSamples(W, batch, now=0.0)).checkpoints
+    assert isinstance(write, StateWrite)
+    restarted = AggregatorCore(S)
+    restarted.restore(W, write.value)
+    assert not restarted.on(WorkloadSamples(W, batch[min(crash, len(batch) - 1) :], now=1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 0.49), min_size=1, max_size=20))
+def test_a_series_goes_out_at_most_once_per_interval_without_a_closed_window(
+    gaps: list[float],
+) -> None:
+    core = AggregatorCore(S)
+    now, sent = 0.0, []
+    for i, gap in enumerate(gaps):
+        now += gap
+        # 10 ms apart in event time: no window closes within the run
+        for w in core.on(WorkloadSamples(W, [(i, sample(1000.0 + i * 0.01))], now=now)).records:
+            assert isinstance(w, events.LoadWindow) and not w.closed
+            sent.append(now)
+    assert all(b - a >= S.publish_interval_ms / 1000 for a, b in pairwise(sent))
