@@ -21,12 +21,14 @@ upgrade that changes it):
 - one table write per changed workload per `checkpoint_interval_ms`, not per batch: a
   workload's value is ~2.5 KB, and at a sample a second per batch that was ~25 MB/s of acks=all
   changelog at 10,000 workloads, with the load windows queued behind it in the producer. So the
-  events of a batch are not acked when it is handled: a checkpoint (every interval, and at once
-  while a rebalance waits for them) writes each changed workload's value (`table[key] = value`)
-  and then acks the events it covers. faust commits only acked offsets and flushes its
-  producer (the changelog) first, so a committed offset never runs ahead of the table; a crash
-  replays at most an interval, which the offsets in the state skip. A checkpoint and a batch
-  never interleave (a lock): the table always holds the state of a batch boundary.
+  events of a batch are not acked when it is handled: a checkpoint (every interval) writes each
+  changed workload's value (`table[key] = value`) and then acks the events it covers. faust
+  commits only acked offsets and flushes its producer (the changelog) first, so a committed
+  offset never runs ahead of the table. What was folded after the last checkpoint is replayed
+  by the partition's next owner (a crash, a stop, a rebalance: `stream_wait_empty` is off, so
+  faust does not wait for those acks, and a revocation drops them with the state); the offsets
+  in the state skip what the table already holds. A checkpoint, a batch and a revocation never
+  interleave (a lock): the table always holds the state of a batch boundary.
 - exactly-once windows over at-least-once delivery: the state of each series carries the last
   source offset applied, so records redelivered after a crash or a rebalance are skipped; a
   closed window may be published twice then (the decider keeps the newest view of each).
@@ -220,11 +222,14 @@ class Aggregation:
             if not self.core.restore(workload, self.table.get(kb)):
                 log.warning("table value of %r unreadable: starting over", kb)
 
-    def revoked(self) -> None:
-        """Partitions moved: the table (restored from the changelog) is the truth again."""
-        self.core.revoked()
-        self.order.moved()
-        self.resume_at = None
+    async def revoked(self) -> None:
+        """Partitions moved: the table (restored from the changelog) is the truth again; what
+        was folded since the last checkpoint is replayed from the committed offsets."""
+        async with self.lock:
+            self.core.revoked()
+            self.unacked = []
+            self.order.moved()
+            self.resume_at = None
 
     def resume_point(self, partition: int, parts: Partitions) -> int | None:
         """Where a metrics partition resumes (`AggregatorCore.resume_offsets`). None: nothing
@@ -312,11 +317,8 @@ class Aggregation:
             await self.publish(window)
 
     def checkpoint_due(self) -> bool:
-        """Unacked events, and the interval is up or a rebalance waits for their acks."""
-        if not self.unacked:
-            return False
-        due = time.monotonic() - self.checkpointed_at >= self.checkpoint_s
-        return due or bool(self.app.rebalancing)
+        """Unacked events, and the interval is up."""
+        return bool(self.unacked) and time.monotonic() - self.checkpointed_at >= self.checkpoint_s
 
     async def checkpoint(self) -> None:
         """Write every changed workload's table value, then ack the events folded into them."""
@@ -444,6 +446,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
         broker_commit_every=100_000,
         broker_commit_interval=1.0,
         table_cleanup_interval=60.0,
+        # A revocation or a stop does not wait for the events handed out to be acked: the
+        # checkpoint acks them, and what it did not cover is replayed (see the docstring).
+        stream_wait_empty=False,
         # Everything is bytes encoded by governor's codecs; faust's own (JSON) codec would also
         # be used to read the changelog back during recovery, so it must be raw everywhere.
         key_serializer="raw",
@@ -465,8 +470,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
 
     @app.timer(interval=0.25)
     async def checkpoint() -> None:
-        # Without new batches (an idle source, or a rebalance waiting for the acks: faust's
-        # revocation waits until every event handed out is acked).
+        # Without new batches too (an idle source).
         if agg.checkpoint_due():
             await agg.checkpoint()
 
@@ -480,7 +484,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app: Any, revoked: Any, **kwargs: Any) -> None:
-        agg.revoked()
+        await agg.revoked()
 
     def ready() -> bool:
         return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())
