@@ -18,6 +18,13 @@ from governor.cores.aggregator import (
     WorkloadWindows,
 )
 from governor.metric_records import Partitions
+from governor.windows import (
+    SeriesWindows,
+    WindowAcc,
+    ingest_many,
+    to_load_window,
+    to_window_view,
+)
 
 W = "ns/Deployment/web"
 S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 500 ms throttle
@@ -202,3 +209,18 @@ def test_a_series_goes_out_at_most_once_per_interval_without_a_closed_window(
             assert isinstance(w, events.LoadWindow) and not w.closed
             sent.append(now)
     assert all(b - a >= S.publish_interval_ms / 1000 for a, b in pairwise(sent))
+
+
+@settings(max_examples=60, deadline=None)
+@given(times, st.booleans())
+def test_a_window_view_is_the_load_window_without_the_names(ts: list[float], closed: bool) -> None:
+    series, _, _ = ingest_many(SeriesWindows(spec=AggregatorCore(S).stable_spec), items_ts(ts))
+    fields = events.WindowView.__struct_fields__
+    for acc in [*series.open, WindowAcc(start=0.0, end=60.0)]:
+        whole = to_load_window(acc, W, "rps", "stable", closed=closed)
+        view = to_window_view(acc, "stable", closed=closed)
+        assert {f: getattr(view, f) for f in fields} == {f: getattr(whole, f) for f in fields}
+
+
+def items_ts(ts: list[float]) -> list[tuple[float, float]]:
+    return [(t, float(i % 7)) for i, t in enumerate(ts)]

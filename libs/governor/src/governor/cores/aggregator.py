@@ -43,6 +43,7 @@ from governor.windows import (
     hopping,
     ingest_many,
     to_load_window,
+    to_window_view,
 )
 
 __all__ = [
@@ -130,13 +131,17 @@ def load_message(
     totals: PodTotals | None = None,
 ) -> events.LoadWindow | None:
     """One message for a series: the windows that closed, then the open windows' estimates."""
-    views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
-    views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
-    if not views:
+    accs = [(k, a, True) for k, a in closed] + [(k, a, False) for k, a in open_]
+    if not accs:
         return None
-    first, *rest = (with_totals(v, totals) for v in views)
-    fields = events.WindowView.__struct_fields__
-    first.more = [events.WindowView(**{f: getattr(v, f) for f in fields}) for v in rest]
+    # The first window as the message itself, the others built as WindowViews directly (a copy
+    # of each through a dict of its fields was a tenth of the aggregator's time).
+    (kind, acc, is_closed), rest = accs[0], accs[1:]
+    first = with_totals(to_load_window(acc, workload, metric, kind, closed=is_closed), totals)
+    more = [to_window_view(a, k, closed=c) for k, a, c in rest]
+    if totals is not None:
+        more = [with_totals(v, totals) for v in more]
+    first.more = more
     return first
 
 
