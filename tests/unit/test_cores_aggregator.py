@@ -18,6 +18,13 @@ from governor.cores.aggregator import (
     WorkloadWindows,
 )
 from governor.metric_records import Partitions
+from governor.windows import (
+    SeriesWindows,
+    WindowAcc,
+    ingest_many,
+    to_load_window,
+    to_window_view,
+)
 
 W = "ns/Deployment/web"
 S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 500 ms throttle
@@ -40,7 +47,9 @@ def state_of(write: object) -> WorkloadWindows:
 def test_a_fold_checkpoints_the_state_and_publishes_the_estimates() -> None:
     core = AggregatorCore(S)
     out = core.on(WorkloadSamples(W, items([1000.0, 1000.5]), now=0.0))
-    [write] = out.checkpoints
+    assert not out.checkpoints  # written once per checkpoint, not per batch
+    [write] = core.checkpoint().checkpoints
+    assert not core.checkpoint()  # nothing changed since
     assert state_of(write)["rps"].offset == 1
     [window] = out.records
     assert isinstance(window, events.LoadWindow)
@@ -57,15 +66,18 @@ def test_redelivered_samples_are_counted_duplicate_and_change_nothing() -> None:
     core.on(WorkloadSamples(W, batch, now=0.0))
     core.take_counts()
     again = core.on(WorkloadSamples(W, batch, now=10.0))
-    assert not again  # no table write, no load window
-    assert core.take_counts() == {"duplicate": 3}
+    assert not again  # no load window
+    core.checkpoint()
+    core.on(WorkloadSamples(W, batch, now=11.0))
+    assert not core.checkpoint()  # and no table write
+    assert core.take_counts() == {"duplicate": 6}
 
 
 def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
     core = AggregatorCore(S)
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
     held = core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.2))
-    assert held.checkpoints and not held.records  # less than 500 ms after the last one
+    assert not held.records  # less than 500 ms after the last one
     [window] = core.tick(0.3).records
     assert isinstance(window, events.LoadWindow) and window.count == 2
     assert not core.tick(0.4)  # nothing held back any more
@@ -76,7 +88,8 @@ def test_an_unchanged_estimate_is_not_sent_again() -> None:
     assert core.on(WorkloadSamples(W, items([1100.0]), now=0.0)).records
     # a fresh record whose sample is late changes no window: a second later nothing goes out
     out = core.on(WorkloadSamples(W, items([1000.0], first_offset=1), now=1.0))
-    assert out.checkpoints and not out.records
+    assert not out.records
+    assert core.checkpoint().checkpoints  # the late count changed
 
 
 def test_a_closed_window_goes_out_at_once_within_the_interval() -> None:
@@ -93,7 +106,8 @@ def test_a_closed_window_goes_out_at_once_within_the_interval() -> None:
 def test_a_restored_state_keeps_the_offsets_so_a_rebalance_does_not_fold_twice() -> None:
     first = AggregatorCore(S)
     batch = items([1000.0, 1001.0])
-    [write] = first.on(WorkloadSamples(W, batch, now=0.0)).checkpoints
+    first.on(WorkloadSamples(W, batch, now=0.0))
+    [write] = first.checkpoint().checkpoints
     assert isinstance(write, StateWrite)
     second = AggregatorCore(S)
     assert not second.holds(W)
@@ -114,9 +128,9 @@ def test_revoked_drops_the_state_and_the_held_back_series() -> None:
     core = AggregatorCore(S)
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
     core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.1))
-    assert core.dirty
+    assert core.dirty and core.unwritten
     core.revoked()
-    assert not core.holds(W) and not core.dirty
+    assert not core.holds(W) and not core.dirty and not core.checkpoint()
     assert not core.tick(10.0)
 
 
@@ -151,15 +165,20 @@ def test_the_state_does_not_depend_on_how_samples_were_batched(
     ts: list[float], cuts: list[int]
 ) -> None:
     whole = AggregatorCore(S)
-    [expected] = whole.on(WorkloadSamples(W, items(ts), now=0.0)).checkpoints
+    whole.on(WorkloadSamples(W, items(ts), now=0.0))
+    [expected] = whole.checkpoint().checkpoints
     split = AggregatorCore(S)
     batch, start, last = items(ts), 0, None
-    for size in [*cuts, len(batch)]:
+    for i, size in enumerate([*cuts, len(batch)]):
         part = batch[start : start + size]
         if part:
-            out = split.on(WorkloadSamples(W, part, now=float(start)))
-            last = out.checkpoints[-1] if out.checkpoints else last
+            split.on(WorkloadSamples(W, part, now=float(start)))
+        if i % 2:  # checkpoints between some batches, not others
+            written = split.checkpoint().checkpoints
+            last = written[-1] if written else last
         start += size
+    written = split.checkpoint().checkpoints
+    last = written[-1] if written else last
     assert last is not None and state_of(last) == state_of(expected)
 
 
@@ -168,7 +187,8 @@ def test_the_state_does_not_depend_on_how_samples_were_batched(
 def test_replaying_any_suffix_after_a_crash_changes_nothing(ts: list[float], crash: int) -> None:
     batch = items(ts)
     core = AggregatorCore(S)
-    [write] = core.on(WorkloadSamples(W, batch, now=0.0)).checkpoints
+    core.on(WorkloadSamples(W, batch, now=0.0))
+    [write] = core.checkpoint().checkpoints
     assert isinstance(write, StateWrite)
     restarted = AggregatorCore(S)
     restarted.restore(W, write.value)
@@ -189,3 +209,18 @@ def test_a_series_goes_out_at_most_once_per_interval_without_a_closed_window(
             assert isinstance(w, events.LoadWindow) and not w.closed
             sent.append(now)
     assert all(b - a >= S.publish_interval_ms / 1000 for a, b in pairwise(sent))
+
+
+@settings(max_examples=60, deadline=None)
+@given(times, st.booleans())
+def test_a_window_view_is_the_load_window_without_the_names(ts: list[float], closed: bool) -> None:
+    series, _, _ = ingest_many(SeriesWindows(spec=AggregatorCore(S).stable_spec), items_ts(ts))
+    fields = events.WindowView.__struct_fields__
+    for acc in [*series.open, WindowAcc(start=0.0, end=60.0)]:
+        whole = to_load_window(acc, W, "rps", "stable", closed=closed)
+        view = to_window_view(acc, "stable", closed=closed)
+        assert {f: getattr(view, f) for f in fields} == {f: getattr(whole, f) for f in fields}
+
+
+def items_ts(ts: list[float]) -> list[tuple[float, float]]:
+    return [(t, float(i % 7)) for i, t in enumerate(ts)]

@@ -50,6 +50,7 @@ def test_the_app_settings_the_aggregator_passes_exist() -> None:
         "broker_commit_every",
         "broker_commit_interval",
         "table_cleanup_interval",
+        "stream_wait_empty",
         "key_serializer",
         "value_serializer",
         "Table",
@@ -60,7 +61,11 @@ def test_the_app_settings_the_aggregator_passes_exist() -> None:
 
 
 def test_stream_batches_producer_and_consumer_calls() -> None:
-    assert {"max_", "within"} <= params(faust.streams.Stream.take_events)
+    # Batches whose events the aggregator acks itself, after the checkpoint that covers them.
+    stream = faust.streams.Stream
+    assert {"max_", "within"} <= params(stream.noack_take)
+    assert inspect.iscoroutinefunction(stream.ack)
+    assert list(inspect.signature(stream.ack).parameters) == ["self", "event"]
     # app.producer.send(topic, key, value, partition, timestamp, headers), positional.
     send = list(inspect.signature(faust_aiokafka.Producer.send).parameters)
     assert send[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
@@ -108,6 +113,8 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     assert app.conf.broker_commit_every == 100_000
     assert app.conf.producer_linger == 0.02
     assert app.conf.consumer_auto_offset_reset == "latest"
+    # A revocation or a stop does not wait for unacked events (a checkpoint acks them later).
+    assert app.conf.stream_wait_empty is False
     assert [a.name for a in app.agents.values()] == ["governor_aggregator.main.aggregate"] or len(
         app.agents
     ) == 1

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TypeVar
 
 import msgspec
 
-from governor.events import LoadWindow, MetricSample, WindowView
+from governor.events import MetricSample, WindowView
 from governor.windows import Aggregation, nearest_rank
+
+V = TypeVar("V", bound=WindowView)  # a WindowView or a LoadWindow
 
 POD_LABEL = "pod"
 # A sample that already sums pods (the collector's resource source: their mean, with labels
@@ -103,7 +106,7 @@ def over(totals: PodTotals, start: float, end: float) -> Totals | None:
     return Totals(len(sums), math.fsum(sums) / len(sums), sums[-1], nearest_rank(sums, 0.95))
 
 
-def with_totals(view: LoadWindow, totals: PodTotals | None) -> LoadWindow:
+def with_totals(view: V, totals: PodTotals | None) -> V:
     """The window with its instants' totals filled in (as it is when there are none)."""
     t = over(totals, view.start, view.end) if totals is not None else None
     if t is None:

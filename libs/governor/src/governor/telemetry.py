@@ -11,7 +11,9 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry
+
+from governor.bulk_metrics import exposition
 
 # Attributes every LogRecord has; anything else passed via `extra=` becomes a JSON field.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -81,7 +83,7 @@ class HealthServer:
         self._runner: web.AppRunner | None = None
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        body = generate_latest(self._registry)
+        body = exposition(self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _: web.Request) -> web.Response:

@@ -391,6 +391,22 @@ def to_load_window(
     )
 
 
+def to_window_view(acc: WindowAcc, window: WindowKind, *, closed: bool) -> WindowView:
+    """`to_load_window` without the series' names: one of a load message's `more`."""
+    counted = acc.count > 0
+    return WindowView(
+        window=window,
+        start=acc.start,
+        end=acc.end,
+        count=acc.count,
+        mean=acc.sum / acc.count if counted else 0.0,
+        max=acc.max if counted else 0.0,
+        p95=acc.p95,
+        newest_sample=acc.newest if counted else acc.start,
+        closed=closed,
+    )
+
+
 def statistic(window: WindowView, aggregation: Aggregation) -> float | None:
     """The number a policy scales on: the window's mean, max or p95 (None for an empty window)."""
     if window.count == 0:

@@ -11,15 +11,24 @@ Only faust's public API (tests/unit/test_faust_api.py lists what it relies on an
 upgrade that changes it):
 
 - records of governor.metrics (MetricSample or MetricBatch, `governor.metric_records`) come
-  as raw bytes from an agent's `stream.take_events` batches; what cannot be read goes to
-  governor.metrics.dlq with the reason in headers, and a bad sample of a batch alone, with its
-  index (`governor-dlq-index`);
+  as raw bytes from an agent's `stream.noack_take` batches (acked by `stream.ack`, below);
+  what cannot be read goes to governor.metrics.dlq with the reason in headers, and a bad sample
+  of a batch alone, with its index (`governor-dlq-index`);
 - the window state lives in a faust Table keyed by workload with `use_partitioner=True`: its
   changelog partition is the workload's partition (the producers' partitioner), so a restarted or
-  rebalanced worker recovers it with the metrics partition. One table write per workload and
-  batch (`table[key] = value`); faust flushes its producer before committing source offsets.
-  The decoded state is also kept in a plain dict, dropped on every revocation (then the table
-  is the truth).
+  rebalanced worker recovers it with the metrics partition. The decoded state is kept in the
+  core, dropped on every revocation (then the table is the truth).
+- one table write per changed workload per `checkpoint_interval_ms`, not per batch: a
+  workload's value is ~2.5 KB, and at a sample a second per batch that was ~25 MB/s of acks=all
+  changelog at 10,000 workloads, with the load windows queued behind it in the producer. So the
+  events of a batch are not acked when it is handled: a checkpoint (every interval) writes each
+  changed workload's value (`table[key] = value`) and then acks the events it covers. faust
+  commits only acked offsets and flushes its producer (the changelog) first, so a committed
+  offset never runs ahead of the table. What was folded after the last checkpoint is replayed
+  by the partition's next owner (a crash, a stop, a rebalance: `stream_wait_empty` is off, so
+  faust does not wait for those acks, and a revocation drops them with the state); the offsets
+  in the state skip what the table already holds. A checkpoint, a batch and a revocation never
+  interleave (a lock): the table always holds the state of a batch boundary.
 - exactly-once windows over at-least-once delivery: the state of each series carries the last
   source offset applied, so records redelivered after a crash or a rebalance are skipped; a
   closed window may be published twice then (the decider keeps the newest view of each).
@@ -42,6 +51,7 @@ so that `FAUST_FETCH_MAX_WAIT_MS` sets it; the aggregator sets it to `fetch_max_
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import time
@@ -116,6 +126,9 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     # message are paid per workload and batch (~4 µs a sample at 20, ~18 µs at 1).
     batch_max_samples: int = 5_000
     batch_within_ms: int = 100
+    # Each changed workload's table value is written (and the records folded into it acked, so
+    # committable) this often; a crash replays at most this much. See the docstring.
+    checkpoint_interval_ms: int = 5_000
     # How long a fetch may wait at the broker for data (faust's own: 1500; see the docstring).
     fetch_max_wait_ms: int = 100
     # A partition whose next offset has not come for this long after later ones did is taken to
@@ -180,6 +193,13 @@ class Aggregation:
         self.samples = {o: SAMPLES.labels(o) for o in ("ok", "late", "duplicate")}
         self.skipped = {r: RECORDS_SKIPPED.labels(r) for r in ("duplicate", "ahead")}
         self.tally = Tally()  # per workload and window counts, applied once per batch
+        # The agent's stream (set when it starts), the events handled and not acked yet, and
+        # when the last checkpoint was written (monotonic).
+        self.stream: Any = None
+        self.unacked: list[Any] = []
+        self.checkpointed_at = time.monotonic()
+        self.checkpoint_s = s.checkpoint_interval_ms / 1000.0
+        self.lock = asyncio.Lock()  # a checkpoint never lands inside a batch
 
     def hold(self, workload: str) -> None:
         """The core holds `workload`'s state: from the table when it did not."""
@@ -188,11 +208,14 @@ class Aggregation:
             if not self.core.restore(workload, self.table.get(kb)):
                 log.warning("table value of %r unreadable: starting over", kb)
 
-    def revoked(self) -> None:
-        """Partitions moved: the table (restored from the changelog) is the truth again."""
-        self.core.revoked()
-        self.order.moved()
-        self.resume_at = None
+    async def revoked(self) -> None:
+        """Partitions moved: the table (restored from the changelog) is the truth again; what
+        was folded since the last checkpoint is replayed from the committed offsets."""
+        async with self.lock:
+            self.core.revoked()
+            self.unacked = []
+            self.order.moved()
+            self.resume_at = None
 
     def resume_point(self, partition: int, parts: Partitions) -> int | None:
         """Where a metrics partition resumes (`AggregatorCore.resume_offsets`). None: nothing
@@ -212,8 +235,13 @@ class Aggregation:
     # --- the batch ---------------------------------------------------------------------------
 
     async def handle(self, batch: list[Any]) -> None:
-        """One batch of records: per workload all its samples folded at once, one table write,
-        and per series at most one load message."""
+        """One batch of records: per workload all its samples folded at once, and per series
+        at most one load message; its events are acked by the next checkpoint."""
+        async with self.lock:
+            await self.fold_batch(batch)
+            self.unacked += batch
+
+    async def fold_batch(self, batch: list[Any]) -> None:
         by_workload: dict[str, list[tuple[int, events.MetricSample]]] = {}
         parts = self.partitions_of_metrics()
         clock = time.monotonic()
@@ -273,6 +301,19 @@ class Aggregation:
         for window in out.records:
             assert isinstance(window, events.LoadWindow)
             await self.publish(window)
+
+    def checkpoint_due(self) -> bool:
+        """Unacked events, and the interval is up."""
+        return bool(self.unacked) and time.monotonic() - self.checkpointed_at >= self.checkpoint_s
+
+    async def checkpoint(self) -> None:
+        """Write every changed workload's table value, then ack the events folded into them."""
+        async with self.lock:
+            await self.emit(self.core.checkpoint())
+            unacked, self.unacked = self.unacked, []
+            for event in unacked:
+                await self.stream.ack(event)
+            self.checkpointed_at = time.monotonic()
 
     def count_samples(self) -> None:
         for outcome, n in self.core.take_counts().items():
@@ -385,6 +426,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
         broker_commit_every=100_000,
         broker_commit_interval=1.0,
         table_cleanup_interval=60.0,
+        # A revocation or a stop does not wait for the events handed out to be acked: the
+        # checkpoint acks them, and what it did not cover is replayed (see the docstring).
+        stream_wait_empty=False,
         # Everything is bytes encoded by governor's codecs; faust's own (JSON) codec would also
         # be used to read the changelog back during recovery, so it must be raw everywhere.
         key_serializer="raw",
@@ -395,10 +439,20 @@ def build_app(s: AggregatorSettings) -> faust.App:
 
     @app.agent(agg.metrics_topic)
     async def aggregate(stream: Any) -> None:
-        # Batches: one fold and one table write per workload and batch; events acked (and so
-        # committed) only after their batch was handled.
-        async for batch in stream.take_events(s.batch_max_samples, within=s.batch_within_ms / 1000):
+        # Batches: one fold per workload and batch; events acked (and so committed) only by the
+        # checkpoint that wrote the table values they were folded into.
+        agg.stream = stream
+        within = s.batch_within_ms / 1000
+        async for batch in stream.noack_take(s.batch_max_samples, within=within):
             await agg.handle(batch)
+            if agg.checkpoint_due():
+                await agg.checkpoint()
+
+    @app.timer(interval=0.25)
+    async def checkpoint() -> None:
+        # Without new batches too (an idle source).
+        if agg.checkpoint_due():
+            await agg.checkpoint()
 
     @app.timer(interval=agg.interval)
     async def publish_open_windows() -> None:
@@ -410,7 +464,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app: Any, revoked: Any, **kwargs: Any) -> None:
-        agg.revoked()
+        await agg.revoked()
 
     def ready() -> bool:
         return bool(app.producer.started and not app.rebalancing and app.consumer.assignment())

@@ -8,6 +8,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from governor import events
+from governor.bulk_metrics import BulkMetric
 from governor.policy import devices as dev
 from governor.policy.allocate import Allocation
 
@@ -25,17 +26,19 @@ LATENCY = Histogram(
     "(decisions the tick made due by time are not observed).",
     buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0),
 )
-REPLICAS = Gauge(
+REPLICAS = BulkMetric(
     "governor_decider_replicas",
     "Replicas per workload: current (observed), desired (recommended), min and max.",
     ["workload", "kind"],
 )
-SHADOW_REPLICAS = Gauge(
+SHADOW_REPLICAS = BulkMetric(
     "governor_decider_shadow_replicas",
     "Replicas a Shadow policy's arm last asked for (never actuated), by workload and policy.",
     ["workload", "policy"],
 )
-PANIC = Gauge("governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"])
+PANIC = BulkMetric(
+    "governor_decider_panic_mode", "1 while a workload is in panic mode.", ["workload"]
+)
 SHORTFALLS = Counter(
     "governor_decider_shortfalls_total",
     "Shortfall records published (resolved ones included), by pool.",
@@ -48,19 +51,22 @@ POOL_SECONDS = Histogram(
 )
 
 # Per-workload and per-pool views for dashboards and alerts (docs/metrics.md lists the bounds).
-WORKLOAD_DECISIONS = Counter(
+# The per-workload ones are BulkMetrics (governor.bulk_metrics): ~9 series per workload, set on
+# every evaluation and scraped every 15 s, cost the decider more than any other of its steps.
+WORKLOAD_DECISIONS = BulkMetric(
     "governor_decider_workload_decisions_total",
     "Scale decisions published per workload, by direction (up, down, same: a resend) and the "
     "rule that bound them.",
     ["workload", "direction", "rule"],
+    kind="counter",
 )
-METRIC_VALUE = Gauge(
+METRIC_VALUE = BulkMetric(
     "governor_decider_metric_value",
     "A policy metric's stable-window value as the last evaluation saw it (AverageValue: the "
     "total over replicas; Utilization: percent of requests).",
     ["workload", "metric"],
 )
-METRIC_TARGET = Gauge(
+METRIC_TARGET = BulkMetric(
     "governor_decider_metric_target",
     "A policy metric's target, by target type (Value, AverageValue, Utilization).",
     ["workload", "metric", "target_type"],
@@ -81,12 +87,12 @@ POOL_SHORTFALL = Gauge(
     "What the replicas wanted but not granted would need, by the resource that ran out.",
     ["pool", "resource"],
 )
-SHORTFALL_REPLICAS = Gauge(
+SHORTFALL_REPLICAS = BulkMetric(
     "governor_decider_shortfall_replicas",
     "Replicas a workload wanted that its pool's allocation could not grant.",
     ["workload", "pool"],
 )
-ELASTIC_RESTARTS = Gauge(
+ELASTIC_RESTARTS = BulkMetric(
     "governor_decider_elastic_restarts",
     "Restarts observed on an elastic training job (WorkloadState.restarts).",
     ["workload"],

@@ -13,8 +13,12 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
   windows' estimates, in one `LoadWindow` with `more`), else at most every `interval_s`, and
   never with the same estimates twice; what was held back goes out on the next `tick`.
 
-`Outputs.checkpoints` is the workload's new table value (`StateWrite`: the shell writes it to
-the table, whose changelog is the checkpoint), `Outputs.records` the load windows. The state of
+`on` and `tick` return load windows (`Outputs.records`). `checkpoint()` returns the table value
+(`StateWrite`: the shell writes it to the table, whose changelog is the checkpoint) of each
+workload changed since the last one, once however many batches changed it: a workload's value
+is ~2.5 KB, and written per batch (one sample a second) it was ~25 MB/s of changelog at 10,000
+workloads, which held the load windows back behind it in the producer. The shell checkpoints
+before it lets the source offsets of what was folded be committed. The state of
 a workload the core does not hold comes from the table through `restore`; after a rebalance
 `revoked` drops everything held, and the table is the truth again.
 """
@@ -39,6 +43,7 @@ from governor.windows import (
     hopping,
     ingest_many,
     to_load_window,
+    to_window_view,
 )
 
 __all__ = [
@@ -126,13 +131,17 @@ def load_message(
     totals: PodTotals | None = None,
 ) -> events.LoadWindow | None:
     """One message for a series: the windows that closed, then the open windows' estimates."""
-    views = [to_load_window(a, workload, metric, k, closed=True) for k, a in closed]
-    views += [to_load_window(a, workload, metric, k, closed=False) for k, a in open_]
-    if not views:
+    accs = [(k, a, True) for k, a in closed] + [(k, a, False) for k, a in open_]
+    if not accs:
         return None
-    first, *rest = (with_totals(v, totals) for v in views)
-    fields = events.WindowView.__struct_fields__
-    first.more = [events.WindowView(**{f: getattr(v, f) for f in fields}) for v in rest]
+    # The first window as the message itself, the others built as WindowViews directly (a copy
+    # of each through a dict of its fields was a tenth of the aggregator's time).
+    (kind, acc, is_closed), rest = accs[0], accs[1:]
+    first = with_totals(to_load_window(acc, workload, metric, kind, closed=is_closed), totals)
+    more = [to_window_view(a, k, closed=c) for k, a, c in rest]
+    if totals is not None:
+        more = [with_totals(v, totals) for v in more]
+    first.more = more
     return first
 
 
@@ -158,6 +167,8 @@ class AggregatorCore:
         self.published_at: dict[SeriesKey, float] = {}
         self.published: dict[SeriesKey, tuple[tuple[float, int], ...]] = {}
         self.dirty: dict[SeriesKey, MetricWindows] = {}
+        # Workloads changed since the last `checkpoint`, in the order they changed.
+        self.unwritten: dict[str, None] = {}
         # Samples by outcome (ok, late, duplicate) since the shell last took them (`take_counts`).
         self.counts: dict[str, int] = {}
 
@@ -183,6 +194,7 @@ class AggregatorCore:
         """Partitions moved: nothing held is current; the table (restored) is the truth."""
         self.live.clear()
         self.dirty.clear()
+        self.unwritten.clear()
 
     def resume_offsets(self, parts: Partitions) -> dict[int, int]:
         """Per metrics partition the offset after the newest record folded into the workloads
@@ -203,8 +215,8 @@ class AggregatorCore:
     # --- the core ----------------------------------------------------------------------------
 
     def on(self, record: WorkloadSamples) -> Outputs[Emitted]:
-        """Fold one workload's samples: its new table value, and the series due to go out.
-        The shell restores the workload first if it is not held."""
+        """Fold one workload's samples: the series due to go out (its new table value waits for
+        `checkpoint`). The shell restores the workload first if it is not held."""
         state = self.live.setdefault(record.workload, {})
         by_metric: dict[str, list[tuple[int, events.MetricSample]]] = {}
         for off, smp in record.items:
@@ -221,7 +233,15 @@ class AggregatorCore:
             changed = True
             out.records += self.due(record.workload, metric, state[metric], closed, record.now)
         if changed:
-            out.checkpoints.append(StateWrite(record.workload.encode(), _STATE_ENC.encode(state)))
+            self.unwritten[record.workload] = None
+        return out
+
+    def checkpoint(self) -> Outputs[Emitted]:
+        """The table value of every workload changed since the last checkpoint."""
+        unwritten, self.unwritten = self.unwritten, {}
+        out: Outputs[Emitted] = Outputs()
+        live = self.live
+        out.checkpoints = [StateWrite(w.encode(), _STATE_ENC.encode(live[w])) for w in unwritten]
         return out
 
     def tick(self, now: float) -> Outputs[Emitted]:
