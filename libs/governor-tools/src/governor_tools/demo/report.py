@@ -304,7 +304,7 @@ def _page(
     notes = [pipeline, *shrink_notes(demo.timeline), *demo.ts.describe()] + [
         f"load {name}: {seg.trace} rows {seg.start}..{seg.start + seg.rows - 1}, mapped to "
         f"{seg.base:g}..{seg.peak:g} rps; C = {c:g} rps per replica, target "
-        f"{sc.TARGET_PER_POD:g} rps per ready pod"
+        f"{sc.TARGET_PER_POD:g} rps per replica"
         for name, seg in demo.segments.items()
     ]
     image = base64.b64encode(png.read_bytes()).decode("ascii")

@@ -299,7 +299,7 @@ class Demo:
             tasks = [asyncio.create_task(kubelet.run(), name="kubelet")]
             metrics = metrics_api.MetricsServer(kubelet.usage, self.out / "metrics-api-tls")
             try:
-                # metrics.k8s.io first: a resource metric (none in the demo's policies) reads it at once
+                # metrics.k8s.io first: a resource metric (none in the demo now) reads it at once
                 await self._serve_metrics(kube, metrics)
                 certs = await asyncio.to_thread(hpa_twin.adapter_certs, self.out / "adapter-tls")
                 env, port = service_env(ts, self.out), free_port()

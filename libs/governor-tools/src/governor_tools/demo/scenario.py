@@ -33,7 +33,7 @@ from governor_tools.sim.traces import Trace, from_rows
 
 NAMESPACE = "demo"
 POOL = "gpu-pool"
-METRIC = "rps"  # per-pod requests per second (Value target: the average over ready pods)
+METRIC = "rps"  # per-pod requests per second (AverageValue target: their total per replica)
 TRAIN_METRIC = "queue"  # the training job's pending work, in workers (AverageValue 1)
 
 # --- durations in trace seconds --------------------------------------------------------------
@@ -51,7 +51,7 @@ TRACE_PENDING_GRACE = 60.0
 TRACE_SAMPLE_PERIOD = 2.5
 
 CAPACITY_PER_REPLICA = 10.0  # requests per second one web replica serves (C)
-TARGET_PER_POD = 7.0  # the policies' target: 70 % of C per ready pod
+TARGET_PER_POD = 7.0  # the policies' target: 70 % of C per replica
 TRAIN_QUEUE = 8.0
 
 
@@ -326,11 +326,17 @@ def web_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
             "priority": s.priority,
             "pool": POOL,
             "metrics": [
-                # One metric, the twin HPA's (hpa_twin): the arms of the A/B differ only in
-                # the controller. The demo's cpu is the same signal (the share of C × the cpu
-                # request, see metrics_api), so a second metric on one arm would only be a
-                # second, differently windowed view of the load that the other arm lacks.
-                {"name": METRIC, "target": {"type": "Value", "value": TARGET_PER_POD}},
+                # The twin HPA's one metric and target (hpa_twin): the arms of the A/B differ
+                # only in the controller. AverageValue on a per-pod series scales on its
+                # per-instant total over the spec replicas, as the twin's External AverageValue
+                # does (a Value target would compare the same total with the ready pods only, a
+                # different tolerance band while pods start). The demo's cpu is the same signal
+                # as rps (the share of C × the cpu request, see metrics_api), so a second metric
+                # on one arm would only be a second, differently windowed view of the load.
+                {
+                    "name": METRIC,
+                    "target": {"type": "AverageValue", "averageValue": TARGET_PER_POD},
+                },
             ],
             "panic": {
                 "windowSeconds": ts.wall(TRACE_PANIC_WINDOW),
@@ -351,7 +357,7 @@ def shadow_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
     obj = web_policy(s, ts)
     obj["metadata"]["name"] = f"{s.name}-eager"
     obj["spec"]["mode"] = "Shadow"
-    obj["spec"]["metrics"][0]["target"]["value"] = SHADOW_TARGET_PER_POD
+    obj["spec"]["metrics"][0]["target"]["averageValue"] = SHADOW_TARGET_PER_POD
     return obj
 
 
