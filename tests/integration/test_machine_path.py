@@ -37,6 +37,7 @@ from governor import events
 from governor.bus import Producer
 from governor.kafka_security import ENV_CA_FILE, ENV_PASSWORD_FILE, ENV_PROTOCOL, ENV_USERNAME
 from governor.kube import Kube, connect
+from governor_tools.aggregation import serving_pair
 from tests.fixtures.kafka_secure import SecureBroker
 from tests.integration.test_actuator_kit import (
     BASE,
@@ -47,7 +48,6 @@ from tests.integration.test_actuator_kit import (
     scaling_policy,
     service_account_kubeconfig,
 )
-from tests.support.certs import serving_pair
 from tests.support.ci import unavailable
 from tests.support.procs import Service, free_port
 

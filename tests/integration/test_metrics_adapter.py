@@ -11,7 +11,6 @@ status.replicas, as one would (the HPA's AverageValue divides by status.replicas
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ssl
 import sys
@@ -30,8 +29,8 @@ from governor.events import LOAD, LoadWindow, Topic
 from governor.external_metrics import GROUP_VERSION
 from governor.kube import Kube, KubeError
 from governor.topics import ensure_topics
+from governor_tools import aggregation
 from tests.fixtures.kube import KubeIdentities
-from tests.support.certs import serving_pair
 from tests.support.procs import Service, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -64,7 +63,7 @@ async def adapter(
     topic: Topic[LoadWindow] = Topic(unique_topic, LoadWindow, LOAD.key, LOAD.key_doc)
     await ensure_topics(kafka_bootstrap, [topic], partitions=1)
     ca, crt, key = await asyncio.to_thread(
-        serving_pair, tmp_path, f"{SERVICE}.{unique_namespace}.svc", "DNS:localhost", "IP:127.0.0.1"
+        aggregation.local_serving_pair, tmp_path, SERVICE, unique_namespace
     )
     port, http_port = free_port(), free_port()
     proc = Service(
@@ -84,29 +83,13 @@ async def adapter(
         tmp_path / "adapter.log",
     )
     await asyncio.to_thread(proc.start)
-    await kube.apply(
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": SERVICE, "namespace": unique_namespace},
-         "spec": {"type": "ExternalName", "externalName": "localhost",
-                  "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}},
-        field_manager="test",
+    await aggregation.register(
+        kube, GROUP_VERSION, namespace=unique_namespace, service=SERVICE, port=port,
+        ca_bundle=ca.read_bytes(), field_manager="test",
     )  # fmt: skip
-    await kube.apply(
-        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-         "metadata": {"name": APISERVICE},
-         "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",
-                  "groupPriorityMinimum": 100, "versionPriority": 100,
-                  "service": {"namespace": unique_namespace, "name": SERVICE, "port": port},
-                  "caBundle": base64.b64encode(ca.read_bytes()).decode()}},
-        field_manager="test",
-    )  # fmt: skip
-
-    async def available() -> bool:
-        obj = await kube.get("apiregistration.k8s.io/v1", "apiservices", APISERVICE)
-        conds = (obj.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
 
     try:
+        available = lambda: aggregation.is_available(kube, APISERVICE)  # noqa: E731
         await _until("APIService Available", available, 120)
         yield kube, topic, port
     finally:

@@ -36,8 +36,9 @@ def test_policies_are_valid_at_every_speed(speed: float) -> None:
         p = policy_from_obj(sc.web_policy(s, ts))
         assert p.spec.panic is not None
         assert p.spec.panic.window_seconds == pytest.approx(sc.TRACE_PANIC_WINDOW / speed)
-        cpu = next(m for m in p.spec.metrics if m.name == sc.CPU_METRIC)
-        assert cpu.target.target_value() == pytest.approx(0.7 * s.cpu)  # cores per pod
+        # the twin HPA's one metric and target: the A/B's arms differ only in the controller
+        (metric,) = p.spec.metrics
+        assert (metric.name, metric.target.target_value()) == (sc.METRIC, sc.TARGET_PER_POD)
         down = p.spec.behavior.scale_down if p.spec.behavior else None
         assert down is not None and down.stabilization_window_seconds == round(60 / speed)
     job = policy_from_obj(sc.training_policy(sc.TRAINING, ts))
@@ -134,6 +135,35 @@ def test_each_twin_has_the_services_bounds_behavior_and_a_delayed_total_metric()
         for n in hpa_twin.node_names()
     )
     assert hpa_twin.service_of("frontend-hpa") == "frontend" == hpa_twin.service_of("frontend")
+
+
+def test_the_simulated_twin_is_the_twins_hpa_in_trace_time() -> None:
+    for s in sc.SERVICES:
+        sim = hpa_twin.sim_policy(s)
+        hpa = hpa_twin.hpa_obj(s, sc.TimeScale(1.0))["spec"]
+        assert (sim.min_replicas, sim.max_replicas) == (hpa["minReplicas"], hpa["maxReplicas"])
+        assert msgspec.to_builtins(sim.behavior) == msgspec.to_builtins(
+            policy_from_obj(sc.web_policy(s, sc.TimeScale(1.0))).spec.behavior
+        )
+        (metric,) = sim.metrics
+        assert metric.name == "load" and metric.target.type == "AverageValue"
+        assert metric.target.target_value() == sc.TARGET_PER_POD
+        assert sim.panic is None  # HPA has no panic mode
+    assert hpa_twin.SIM_PIPELINE.stable_seconds == sc.TRACE_STABLE_WINDOW  # selector window
+    assert hpa_twin.SIM_PIPELINE.delay_seconds == 15.0  # the selector's delay, in trace-s
+
+
+def test_sim_agreement_counts_the_trace_seconds_within_one_replica() -> None:
+    from governor_tools.demo.report import sim_agreement
+    from governor_tools.sim.replay import Run, StepRow, Summary
+
+    def live(t: float, spec: int) -> Sample:
+        return Sample(t / 10, t, "w", 0.0, spec, spec, spec, 0)
+
+    rows = [live(0, 4), live(10, 8), live(20, 8), live(40, 8)]  # 4 on [0, 10), then 8
+    run = Run("hpa", 15.0, [StepRow(15, 0, 6, 6), StepRow(30, 0, 8, 8)], Summary(0, 0, 0, 0, 0))
+    # sim: 4 (initial) on [0, 15), 6 on [15, 30), 8 on [30, 40); apart by > 1 on [10, 30)
+    assert sim_agreement(rows, run) == pytest.approx(20 / 40)
 
 
 def _timeline(job: list[int], load: float) -> list[Sample]:

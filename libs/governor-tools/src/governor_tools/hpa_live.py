@@ -92,15 +92,20 @@ def _at(series: Series, t: float, initial: int) -> int:
     return series[i][1] if i >= 0 else initial
 
 
+def within_one(live: Series, sim: Series, start: float, end: float, initial: int) -> float:
+    """The fraction of the trace seconds in [start, end) where the two replica series are at
+    most one replica apart (before a series' first point: `initial`)."""
+    seconds = range(math.ceil(end - start))
+    close = sum(abs(_at(live, start + k, initial) - _at(sim, start + k, initial)) <= 1
+                for k in seconds)  # fmt: skip
+    return close / max(1, len(seconds))
+
+
 def agreement(trace: Trace, config: SimConfig, live: Series) -> Result:
     """Compare the live series with the simulated reference HPA on `trace`."""
     run, sim = simulated(trace, config)
     initial = initial_replicas(_policy(config), trace)
     seconds = range(math.ceil(trace.end - trace.start))
-    close = sum(
-        abs(_at(live, trace.start + k, initial) - _at(sim, trace.start + k, initial)) <= 1
-        for k in seconds
-    )
     load = list(zip(trace.timestamps, trace.values, strict=True))
     c = ab.compare(load, [ab.Arm("sim", sim), ab.Arm("live", live)], initial_replicas=initial,
                    start=trace.start, end=trace.end,
@@ -108,7 +113,8 @@ def agreement(trace: Trace, config: SimConfig, live: Series) -> Result:
                    startup_seconds=config.startup_seconds, resamples=1)  # fmt: skip
     sim_score, live_score = c.arms
     return Result(
-        trace=trace.name, seconds=len(seconds), agreement=close / max(1, len(seconds)),
+        trace=trace.name, seconds=len(seconds),
+        agreement=within_one(live, sim, trace.start, trace.end, initial),
         violation_live=live_score.violation_seconds.value,
         violation_sim=sim_score.violation_seconds.value,
         peak_live=max((r for _, r in live), default=initial), peak_sim=run.summary.peak_replicas,

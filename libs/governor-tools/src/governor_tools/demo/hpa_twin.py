@@ -8,40 +8,56 @@ pod) and the policy's `behavior`, scaled like every other duration. What it gets
 governor: an External metric from governor-metrics-adapter (the per-instant total over its pods,
 `governor.dev/statistic: total`, with an `AverageValue` target: what `sum(rate(...))` gives a
 stock Prometheus adapter), served with the stock scrape delay (`governor.dev/delay-seconds`: one
-HPA sync, 15 trace-s, as the simulator's reference HPA sees it). Its pods run in a pool of their
-own (`hpa-pool`), so the two arms never compete for nodes.
+HPA sync, 15 trace-s). Its pods run in a pool of their own (`hpa-pool`), so the two arms never
+compete for nodes.
+
+The arms differ only in the controller: governor's policy scales on the same one metric with the
+same target (scenario.web_policy), so governor's panic mode and fresher windows are what the
+comparison measures. The simulated twin (`run_sim`, summary.json's `hpa_sim`) is this very HPA
+object converted back (`governor import`) and replayed in trace time with the controller's sync
+period and what the adapter serves it (`SIM_PIPELINE`): "HPA live vs HPA simulated" checks the
+simulator's model of the real controller on the demo's own run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import time
 from pathlib import Path
 from typing import Any
 
-from governor.external_metrics import DELAY_LABEL, KIND_LABEL, NAME_LABEL, STATISTIC_LABEL
-from governor.inventory import POOL_LABEL
+import msgspec
+
+from governor.external_metrics import (
+    DELAY_LABEL,
+    GROUP_VERSION,
+    KIND_LABEL,
+    NAME_LABEL,
+    STATISTIC_LABEL,
+)
+from governor.importer import convert
 from governor.kube import Kube
+from governor.spec import MetricSpec, ScalingPolicySpec
+from governor_tools import aggregation
 from governor_tools.demo import scenario as sc
 from governor_tools.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS
+from governor_tools.sim.replay import METRIC, Evaluate, Pipeline, Run, SimConfig, replay
+from governor_tools.sim.traces import Trace
 
 SUFFIX = "-hpa"
 POOL = "hpa-pool"
 NODES = 5  # 160 cpu: both twins at their maxReplicas (40 + 30) × 2 cpu fit
-APISERVICE = "v1beta1.external.metrics.k8s.io"
 SERVICE = "governor-metrics-adapter"
+APISERVICE = "v1beta1.external.metrics.k8s.io"
 TRACE_SYNC = HPA_SYNC_SECONDS  # the controller's sync period in trace seconds
 TRACE_SCRAPE_DELAY = HPA_PIPELINE.delay_seconds  # what a stock adapter's data is behind by
+# What the twin's HPA reads, in trace time: the aggregator's stable window (the selector's
+# `window: stable`), one scrape delay old.
+SIM_PIPELINE = Pipeline(stable_seconds=sc.TRACE_STABLE_WINDOW, delay_seconds=TRACE_SCRAPE_DELAY)
 
 
 def twin(s: sc.WebService) -> sc.WebService:
     """The twin of a web service: the same service, named `<name>-hpa`."""
-    return sc.WebService(
-        s.name + SUFFIX, priority=s.priority, min_replicas=s.min_replicas,
-        max_replicas=s.max_replicas, base_load=s.base_load, peak_load=s.peak_load,
-        cpu=s.cpu, memory_gi=s.memory_gi,
-    )  # fmt: skip
+    return msgspec.structs.replace(s, name=s.name + SUFFIX)
 
 
 TWINS = tuple(twin(s) for s in sc.SERVICES)
@@ -62,17 +78,7 @@ def node_names() -> list[str]:
 
 
 def node_obj(name: str) -> dict[str, Any]:
-    capacity = {"cpu": str(sc.NODE_CPU), "memory": f"{sc.NODE_MEMORY_GI}Gi", "pods": "110"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {POOL_LABEL: POOL, "kubernetes.io/hostname": name}},
-        "status": {
-            "capacity": capacity,
-            "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    return sc.node_obj(name, pool=POOL, gpus=0)
 
 
 def hpa_obj(s: sc.WebService, ts: sc.TimeScale) -> dict[str, Any]:
@@ -122,45 +128,39 @@ def adapter_env(certs: tuple[Path, Path, Path], port: int) -> dict[str, str]:
     }
 
 
+def adapter_certs(folder: Path) -> tuple[Path, Path, Path]:
+    return aggregation.local_serving_pair(folder, SERVICE, sc.NAMESPACE)
+
+
 async def register_adapter(kube: Kube, ca: Path, port: int, timeout_s: float = 60.0) -> bool:
     """external.metrics.k8s.io through the aggregation layer to the adapter; True once the
     APIService is Available."""
-    bundle = base64.b64encode(await asyncio.to_thread(ca.read_bytes)).decode()
-    await kube.apply(
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": SERVICE, "namespace": sc.NAMESPACE},
-         "spec": {"type": "ExternalName", "externalName": "localhost",
-                  "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}},
-        field_manager="governor-demo",
+    bundle = await asyncio.to_thread(ca.read_bytes)
+    name = await aggregation.register(
+        kube, GROUP_VERSION, namespace=sc.NAMESPACE, service=SERVICE, port=port,
+        ca_bundle=bundle, field_manager="governor-demo",
     )  # fmt: skip
-    await kube.apply(
-        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-         "metadata": {"name": APISERVICE},
-         "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",
-                  "groupPriorityMinimum": 100, "versionPriority": 100,
-                  "service": {"namespace": sc.NAMESPACE, "name": SERVICE, "port": port},
-                  "caBundle": bundle}},
-        field_manager="governor-demo",
-    )  # fmt: skip
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        obj = await kube.get("apiregistration.k8s.io/v1", "apiservices", APISERVICE)
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Available" and c.get("status") == "True":
-                return True
-        await asyncio.sleep(0.5)
-    return False
+    return await aggregation.wait_available(kube, name, timeout_s)
+
+
+def sim_policy(s: sc.WebService) -> ScalingPolicySpec:
+    """The twin's HPA object itself, in trace time, as the simulator's reference HPA: converted
+    by `governor import` (bounds, behavior, target), its metric the simulator's total load."""
+    spec = convert(hpa_obj(s, sc.TimeScale(1.0))).policy.spec
+    (metric,) = spec.metrics
+    return msgspec.structs.replace(spec, metrics=[MetricSpec(name=METRIC, target=metric.target)])
+
+
+def run_sim(s: sc.WebService, trace: Trace, config: SimConfig, evaluate: Evaluate) -> Run:
+    """The simulated twin: its HPA's spec, metric pipeline and sync period, the same start-up."""
+    return replay("hpa", trace, sim_policy(s), config, evaluate=evaluate,
+                  pipeline=SIM_PIPELINE, step_seconds=TRACE_SYNC)  # fmt: skip
 
 
 async def install(kube: Kube, ts: sc.TimeScale, replicas: dict[str, int]) -> None:
-    """The twins' pool, Deployments (at their services' initial replicas) and HPAs."""
-    for name in node_names():
-        node = node_obj(name)
-        await kube.apply({k: v for k, v in node.items() if k != "status"},
-                         field_manager="governor-demo")  # fmt: skip
-        await kube.merge_patch("v1", "nodes", name, {"status": node["status"]},
-                               subresource="status")  # fmt: skip
+    """The twins' Deployments (at their services' initial replicas) and HPAs (their pool's
+    nodes come with the demo's others)."""
     for s in sc.SERVICES:
-        t = twin(s)
-        await kube.apply(sc.deployment_obj(t, replicas[s.name]), field_manager="governor-demo")
+        deployment = sc.deployment_obj(twin(s), replicas[s.name])
+        await kube.apply(deployment, field_manager="governor-demo")
         await kube.apply(hpa_obj(s, ts), field_manager="governor-demo")

@@ -5,8 +5,8 @@ What metrics-server does for a real cluster, for the demo's simulated one: an HT
 an `APIService` `v1beta1.metrics.k8s.io` points at it through a Service of type ExternalName
 `localhost` (the dev control plane has no kube-proxy; see deploy/devcluster/README.md).
 
-- TLS: a throw-away CA and a `localhost` serving certificate made with the `openssl` CLI; the CA
-  goes into the APIService's caBundle, so the aggregator verifies the server.
+- TLS and registration: governor_tools.aggregation (a throw-away CA and serving pair, the
+  ExternalName Service and the APIService with the CA in its caBundle).
 - Callers: only the API server's front proxy. The server requires a client certificate from the
   request-header CA that the API server publishes in kube-system/extension-apiserver-
   authentication, with a common name from its allowed names; requests without it get 401. The
@@ -21,10 +21,7 @@ an `APIService` `v1beta1.metrics.k8s.io` points at it through a Service of type 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +33,7 @@ from aiohttp import web
 
 from governor.front_proxy import is_front_proxy, server_context
 from governor.kube import Kube
+from governor_tools import aggregation
 from governor_tools.demo import scenario as sc
 
 log = logging.getLogger("governor.demo.metrics_api")
@@ -47,31 +45,6 @@ SERVICE = "demo-metrics-server"
 # (pod name, namespace, labels, node, container, cpu cores, memory bytes)
 PodUsage = tuple[str, str, dict[str, str], str, str, float, float]
 UsageFn = Callable[[], list[PodUsage]]
-
-
-def _openssl(args: list[str], cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_certs(folder: Path, service: str = SERVICE) -> tuple[Path, Path, Path]:
-    """(ca.crt, tls.crt, tls.key) for the Service's name and localhost (openssl CLI)."""
-    if shutil.which("openssl") is None:
-        raise FileNotFoundError("openssl not found: install openssl to serve metrics.k8s.io")
-    folder.mkdir(parents=True, exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-              "-subj", "/CN=governor-demo-metrics-ca"], folder)  # fmt: skip
-    _openssl(
-        ["req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost"], folder
-    )
-    # The aggregator checks the name <service>.<namespace>.svc, whatever address it dials.
-    svc = f"{service}.{sc.NAMESPACE}.svc"
-    (folder / "san.ext").write_text(f"subjectAltName=DNS:{svc},DNS:localhost,IP:127.0.0.1\n")
-    sign = ["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
-    _openssl(
-        [*sign, "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "san.ext"], folder
-    )
-    return folder / "ca.crt", folder / "tls.crt", folder / "tls.key"
 
 
 def _cpu(cores: float) -> str:
@@ -213,7 +186,9 @@ class MetricsServer:
         return web.json_response(node)
 
     async def start(self, front_proxy_ca: str, allowed_names: list[str]) -> None:
-        ca, crt, key = await asyncio.to_thread(make_certs, self.folder)
+        ca, crt, key = await asyncio.to_thread(
+            aggregation.local_serving_pair, self.folder, SERVICE, sc.NAMESPACE
+        )
         self.ca_bundle = ca.read_bytes()
         self.allowed_names = frozenset(allowed_names)
         ctx = server_context(crt, key, front_proxy_ca)  # checked per request: 401 without one
@@ -246,43 +221,11 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 
 async def register(kube: Kube, server: MetricsServer) -> None:
     """The ExternalName Service and the APIService pointing the aggregation layer at `server`."""
-    await kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": SERVICE, "namespace": sc.NAMESPACE},
-            "spec": {
-                "type": "ExternalName",
-                "externalName": "localhost",
-                "ports": [{"name": "https", "port": server.port, "protocol": "TCP"}],
-            },
-        },
-        field_manager="governor-demo",
-    )
-    await kube.apply(
-        {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": APISERVICE},
-            "spec": {
-                "group": "metrics.k8s.io",
-                "version": "v1beta1",
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-                "service": {"namespace": sc.NAMESPACE, "name": SERVICE, "port": server.port},
-                "caBundle": base64.b64encode(server.ca_bundle).decode(),
-            },
-        },
-        field_manager="governor-demo",
-    )
+    await aggregation.register(
+        kube, GROUP_VERSION, namespace=sc.NAMESPACE, service=SERVICE, port=server.port,
+        ca_bundle=server.ca_bundle, field_manager="governor-demo",
+    )  # fmt: skip
 
 
 async def wait_available(kube: Kube, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        obj = await kube.get("apiregistration.k8s.io/v1", "apiservices", APISERVICE)
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Available" and c.get("status") == "True":
-                return True
-        await asyncio.sleep(0.5)
-    return False
+    return await aggregation.wait_available(kube, APISERVICE, timeout_s)

@@ -3,8 +3,11 @@ through the simulator (governor's demo policy and the reference HPA), as PNG and
 
 Live numbers come from timeline.csv (the workload simulator's view, sampled every tick); the
 simulator replays each service's segment in trace time with the demo's policy at speed 1 and with
-the reference HPA (governor.sim.runs), so the two columns answer "what would HPA have done".
-Each service's HPA twin (governor_tools.demo.hpa_twin) is the real HPA on the same load.
+the twin's HPA (hpa_twin.run_sim: the same object, sync period and metric delay as the real one).
+Each service's HPA twin (governor_tools.demo.hpa_twin) is the real HPA on the same load, so
+`hpa_live` against `hpa_sim` checks the simulator's HPA model on the run itself: `hpa_sim` also
+holds `within_1_replica_of_live`, the share of trace seconds the two replica series are at most
+one replica apart.
 
 summary.json: `{"<service>": {"governor": {...}, "hpa_live": {...}, "hpa_sim": {...}}}`, each arm
 with violation_seconds, replica_hours, scale_events, peak_replicas in trace time (live arms also
@@ -28,8 +31,9 @@ import msgspec
 from governor.spec import ScalingPolicySpec, policy_from_obj
 from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
+from governor_tools.hpa_live import within_one
 from governor_tools.sim.replay import Run, SimConfig, Summary
-from governor_tools.sim.runs import HPA, run_all
+from governor_tools.sim.runs import HPA, policy_evaluate, run_all
 
 if TYPE_CHECKING:
     from governor_tools.demo.run import Demo, Sample
@@ -150,14 +154,28 @@ def _arm(summ: LiveSummary | Summary) -> dict[str, float | int]:
     return arm
 
 
+def sim_agreement(rows: list[Sample], run: Run) -> float:
+    """The share of the live run's trace seconds in which the simulated replicas are within one
+    of the live ones (spec replicas both)."""
+    if not rows:
+        return 0.0
+    live = [(r.trace_seconds, r.spec) for r in rows]
+    sim = [(r.timestamp, r.replicas_requested) for r in run.rows]
+    return within_one(live, sim, rows[0].trace_seconds, rows[-1].trace_seconds, rows[0].spec)
+
+
 def summary(by_wl: dict[str, list[Sample]], sims: dict[str, dict[str, Run]]) -> dict[str, object]:
     """summary.json's object: per service the three arms; then the job's shrinks, as numbers."""
     out: dict[str, object] = {}
     for s, t in zip(sc.SERVICES, hpa_twin.TWINS, strict=True):
+        hpa_sim = _arm(sims[s.name][HPA].summary)
+        hpa_sim["within_1_replica_of_live"] = round(
+            sim_agreement(by_wl[t.workload], sims[s.name][HPA]), 4
+        )
         out[s.name] = {
             "governor": _arm(live_summary(by_wl[s.workload])),
             "hpa_live": _arm(live_summary(by_wl[t.workload])),
-            "hpa_sim": _arm(sims[s.name][HPA].summary),
+            "hpa_sim": hpa_sim,
         }
     cuts = shrinks([r for rows in by_wl.values() for r in rows])
     out["training_shrinks"] = len(cuts)
@@ -176,7 +194,8 @@ def write(demo: Demo, out: Path) -> list[Path]:
     for s in sc.SERVICES:
         trace = demo.segments[s.name].as_trace(f"{s.name}")
         spec = sim_policy(s)
-        runs = run_all(trace, config, {GOVERNOR_SIM: spec}, with_hpa=True)
+        runs = run_all(trace, config, {GOVERNOR_SIM: spec}, with_hpa=False)
+        runs.append(hpa_twin.run_sim(s, trace, config, policy_evaluate()))
         sims[s.name] = {r.name: r for r in runs}
     png, live_rows = _plot(demo, by_wl, sims, out)
     summary_path = out / "summary.json"
@@ -216,7 +235,7 @@ def _plot(
         hpa = sims[s.name][HPA]
         ax.step(
             [row.timestamp / 60 for row in hpa.rows], [row.replicas_ready * c for row in hpa.rows],
-            where="post", lw=0.9, ls="--", label="served capacity, reference HPA (simulated)",
+            where="post", lw=0.9, ls="--", label="served capacity, HPA twin simulated",
         )  # fmt: skip
         twin = ax.twinx()
         twin.step(
@@ -285,7 +304,7 @@ def _page(
     notes = [pipeline, *shrink_notes(demo.timeline), *demo.ts.describe()] + [
         f"load {name}: {seg.trace} rows {seg.start}..{seg.start + seg.rows - 1}, mapped to "
         f"{seg.base:g}..{seg.peak:g} rps; C = {c:g} rps per replica, target "
-        f"{sc.TARGET_PER_POD:g} rps per ready pod"
+        f"{sc.TARGET_PER_POD:g} rps per replica"
         for name, seg in demo.segments.items()
     ]
     image = base64.b64encode(png.read_bytes()).decode("ascii")

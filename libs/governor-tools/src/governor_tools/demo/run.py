@@ -112,13 +112,17 @@ async def install(
     await _create(
         kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sc.NAMESPACE}}
     )
-    for name in sc.node_names():
-        node = sc.node_obj(name)
+    nodes = [sc.node_obj(n) for n in sc.node_names()]
+    if with_twins:
+        nodes += [hpa_twin.node_obj(n) for n in hpa_twin.node_names()]
+    for node in nodes:
+        name = node["metadata"]["name"]
         await _create(kube, {k: v for k, v in node.items() if k != "status"})
         await kube.merge_patch(
             "v1", "nodes", name, {"status": node["status"]}, subresource="status"
         )
-        await _create(kube, sc.device_obj(name))
+        if name in sc.node_names():
+            await _create(kube, sc.device_obj(name))
     for s in services:
         await _create(kube, sc.deployment_obj(s, sc.initial_replicas(s, loads[s.name])))
         await _create(kube, policy(s, ts))
@@ -295,11 +299,9 @@ class Demo:
             tasks = [asyncio.create_task(kubelet.run(), name="kubelet")]
             metrics = metrics_api.MetricsServer(kubelet.usage, self.out / "metrics-api-tls")
             try:
-                # metrics.k8s.io first: the collector's resource source reads it from the start
+                # metrics.k8s.io first: a resource metric (none in the demo now) reads it at once
                 await self._serve_metrics(kube, metrics)
-                certs = await asyncio.to_thread(
-                    metrics_api.make_certs, self.out / "adapter-tls", hpa_twin.SERVICE
-                )
+                certs = await asyncio.to_thread(hpa_twin.adapter_certs, self.out / "adapter-tls")
                 env, port = service_env(ts, self.out), free_port()
                 env["metrics-adapter"] = hpa_twin.adapter_env(certs, port)
                 await asyncio.to_thread(self.stack.start_services, env)

@@ -33,9 +33,7 @@ from governor_tools.sim.traces import Trace, from_rows
 
 NAMESPACE = "demo"
 POOL = "gpu-pool"
-METRIC = "rps"  # per-pod requests per second (Value target: the average over ready pods)
-CPU_METRIC = "cpu"  # from metrics.k8s.io through the collector's resource source
-CPU_UTILIZATION = 70.0  # the same point as TARGET_PER_POD: usage = share of C x the cpu request
+METRIC = "rps"  # per-pod requests per second (AverageValue target: their total per replica)
 TRAIN_METRIC = "queue"  # the training job's pending work, in workers (AverageValue 1)
 
 # --- durations in trace seconds --------------------------------------------------------------
@@ -53,7 +51,7 @@ TRACE_PENDING_GRACE = 60.0
 TRACE_SAMPLE_PERIOD = 2.5
 
 CAPACITY_PER_REPLICA = 10.0  # requests per second one web replica serves (C)
-TARGET_PER_POD = 7.0  # the policies' target: 70 % of C per ready pod
+TARGET_PER_POD = 7.0  # the policies' target: 70 % of C per replica
 TRAIN_QUEUE = 8.0
 
 
@@ -150,17 +148,15 @@ def node_names() -> list[str]:
     return [f"gpu-node-{i}" for i in range(NODES)]
 
 
-def node_obj(name: str) -> dict[str, Any]:
-    capacity = {
-        "cpu": str(NODE_CPU),
-        "memory": f"{NODE_MEMORY_GI}Gi",
-        "pods": "110",
-        "nvidia.com/gpu": str(GPUS_PER_NODE),
-    }
+def node_obj(name: str, pool: str = POOL, gpus: int = GPUS_PER_NODE) -> dict[str, Any]:
+    """A Ready node of `pool` (the demo's simulated kubelets run its pods)."""
+    capacity = {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {POOL_LABEL: POOL, "kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": {POOL_LABEL: pool, "kubernetes.io/hostname": name}},
         "status": {
             "capacity": capacity,
             "allocatable": capacity,
@@ -330,20 +326,16 @@ def web_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
             "priority": s.priority,
             "pool": POOL,
             "metrics": [
-                {"name": METRIC, "target": {"type": "Value", "value": TARGET_PER_POD}},
-                # CPU from metrics.k8s.io (served by the demo through the aggregation layer)
+                # The twin HPA's one metric and target (hpa_twin): the arms of the A/B differ
+                # only in the controller. AverageValue on a per-pod series scales on its
+                # per-instant total over the spec replicas, as the twin's External AverageValue
+                # does (a Value target would compare the same total with the ready pods only, a
+                # different tolerance band while pods start). The demo's cpu is the same signal
+                # as rps (the share of C × the cpu request, see metrics_api), so a second metric
+                # on one arm would only be a second, differently windowed view of the load.
                 {
-                    "name": CPU_METRIC,
-                    "source": {
-                        "type": "resource",
-                        "resource": "cpu",
-                        "intervalSeconds": max(0.5, ts.wall(TRACE_SAMPLE_PERIOD)),
-                    },
-                    # The resource source publishes the mean usage per pod in cores, and the
-                    # decider does not divide it by the request (a Utilization target would
-                    # compare cores with a percentage): a Value target per pod in cores is the
-                    # same point, 70 % of the request.
-                    "target": {"type": "Value", "value": s.cpu * CPU_UTILIZATION / 100},
+                    "name": METRIC,
+                    "target": {"type": "AverageValue", "averageValue": TARGET_PER_POD},
                 },
             ],
             "panic": {
@@ -365,7 +357,7 @@ def shadow_policy(s: WebService, ts: TimeScale) -> dict[str, Any]:
     obj = web_policy(s, ts)
     obj["metadata"]["name"] = f"{s.name}-eager"
     obj["spec"]["mode"] = "Shadow"
-    obj["spec"]["metrics"][0]["target"]["value"] = SHADOW_TARGET_PER_POD
+    obj["spec"]["metrics"][0]["target"]["averageValue"] = SHADOW_TARGET_PER_POD
     return obj
 
 
