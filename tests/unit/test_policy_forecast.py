@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from governor.spec import (
     HPAScalingRules,
     MetricSpec,
     MetricTarget,
+    PolicyError,
     ScalingPolicySpec,
     TargetRef,
     hpa_compatible,
@@ -30,14 +32,16 @@ STEP = 15.0
 TARGET = 10.0
 
 
-def _policy(forecast: bool = True, reduce: bool = False, q: float = 0.9) -> ScalingPolicySpec:
+def _policy(
+    forecast: bool = True, reduce: bool = False, q: float = 0.9, peak: float = 100.0
+) -> ScalingPolicySpec:
     return ScalingPolicySpec(
         target_ref=TargetRef(kind="Deployment", name="w"),
         max_replicas=500,
         metrics=[
             MetricSpec(name="load", target=MetricTarget(type="AverageValue", average_value=TARGET))
         ],
-        forecast=ForecastSpec(quantile=q) if forecast else None,
+        forecast=ForecastSpec(quantile=q, peak_percent=peak) if forecast else None,
         event_reduction=EventReductionSpec() if reduce else None,
     )
 
@@ -58,9 +62,11 @@ loads = st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_si
 
 
 @settings(max_examples=80, deadline=None)
-@given(series=loads)
-def test_the_forecast_never_lowers_below_the_reactive_recommendation(series: list[float]) -> None:
-    on = _policy(forecast=True)
+@given(series=loads, peak=st.sampled_from([100.0, 115.0, 143.0, 400.0]), reduce=st.booleans())
+def test_the_forecast_never_lowers_below_the_reactive_recommendation(
+    series: list[float], peak: float, reduce: bool
+) -> None:
+    on = _policy(forecast=True, reduce=reduce, peak=peak)
     off = hpa_compatible(on)
     state, replicas = ScaleState(), 1
     for i, load in enumerate(series):
@@ -71,10 +77,37 @@ def test_the_forecast_never_lowers_below_the_reactive_recommendation(series: lis
         assert with_fc.desired >= reactive.desired
         if with_fc.bound_by == "forecast":
             assert any(
-                r.rule == "forecast" and "forecast: p90 of load over next 75 s" in r.detail
+                r.rule == "forecast"
+                and "forecast: p90 of load over next 75 s" in r.detail
+                and (peak == 100.0 or f"(at {peak:.4g} % of the target per replica)" in r.detail)
                 for r in with_fc.reasons
             )
         state, replicas = next_state, with_fc.desired
+
+
+@settings(max_examples=60, deadline=None)
+@given(series=loads, peak=st.sampled_from([101.0, 115.0, 143.0, 400.0]), reduce=st.booleans())
+def test_a_higher_peak_percent_never_asks_for_more_replicas(
+    series: list[float], peak: float, reduce: bool
+) -> None:
+    """peakPercent divides the forecast's floor and its scale-down gate: from the same state and
+    inputs the count is never above the one at the target (100), never below the reactive one."""
+    at_target, hotter = _policy(reduce=reduce), _policy(reduce=reduce, peak=peak)
+    reactive = hpa_compatible(at_target)
+    state, replicas = ScaleState(), 1
+    for i, load in enumerate(series):
+        now = 1_000.0 + STEP * i
+        inputs = _inputs(load, replicas, now)
+        base, next_state = evaluate(at_target, inputs, state, now)
+        hot, _ = evaluate(hotter, inputs, state, now)
+        plain, _ = evaluate(reactive, inputs, state, now)
+        assert plain.desired <= hot.desired <= base.desired
+        state, replicas = next_state, base.desired
+
+
+def test_peak_percent_below_the_target_is_rejected_naming_the_field() -> None:
+    with pytest.raises(PolicyError, match="peakPercent"):
+        ForecastSpec(peak_percent=90.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -278,3 +311,47 @@ def test_the_tolerance_band_holds_only_for_merge_seconds_with_event_reduction() 
         now = 1_000.0 + STEP * i
         result, state = evaluate(hpa, _inputs(186.0, 20, now), state, now)
         assert result.desired == 20  # without event reduction the band holds for ever
+
+
+def _gated(gate_seconds: float | None) -> ScalingPolicySpec:
+    no_window = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=0))
+    reduce = EventReductionSpec(down_quantile=0.9, gate_seconds=gate_seconds)
+    # A low floor quantile: what holds the replicas after the fall is the gate, not the floor.
+    return msgspec.structs.replace(
+        _policy(forecast=True, q=0.3), behavior=no_window, event_reduction=reduce
+    )
+
+
+def _after_a_volatile_stretch(policy: ScalingPolicySpec) -> tuple[ScaleState, int]:
+    """Loads that double every other step: a fat growth tail, so the gate is far above need."""
+    state, replicas = ScaleState(), 10
+    for i in range(60):
+        now = 1_000.0 + STEP * i
+        result, state = evaluate(policy, _inputs(100.0 * (1 + i % 2), replicas, now), state, now)
+        replicas = result.desired
+    return state, replicas
+
+
+def test_the_forecast_gate_holds_a_scale_down_for_at_most_gate_seconds() -> None:
+    held_for_ever, gated = _gated(None), _gated(120.0)
+    for policy in (held_for_ever, gated):
+        state, replicas = _after_a_volatile_stretch(policy)
+        counts, reasons = [], []
+        for i in range(60, 80):  # the load falls to a tenth and stays
+            now = 1_000.0 + STEP * i
+            result, state = evaluate(policy, _inputs(20.0, replicas, now), state, now)
+            counts.append(result.desired)
+            reasons += [r.detail for r in result.reasons if r.rule == "event_reduction"]
+            replicas = result.desired
+        if policy is held_for_ever:
+            assert counts[-1] > 2  # the gate keeps the growth tail's replicas
+        else:
+            # Held 120 s (8 steps) since it was first asked, then down to what the load needs.
+            assert counts[:8] == [counts[0]] * 8 and counts[0] > 2
+            assert counts[-1] == 2
+            assert any("held it for 120 s (gateSeconds 120)" in d for d in reasons)
+
+
+def test_peak_percent_and_gate_seconds_are_named_when_invalid() -> None:
+    with pytest.raises(PolicyError, match="gateSeconds"):
+        EventReductionSpec(gate_seconds=-1.0)

@@ -22,8 +22,15 @@ class ForecastSpec(Spec):
     startup_seconds: float = 60.0
     # Half-life of the growth history: older samples weigh half after this long.
     half_life_seconds: float = 21600.0
+    # The load per replica the forecast's bound may reach, in percent of the metric's target:
+    # the target keeps headroom for what the reactive step cannot see coming; the forecast's
+    # quantile IS that headroom, so its bound may use some of the target's (100: none; with a
+    # target at 70 % of a replica's capacity, 143 fills a replica).
+    peak_percent: float = 100.0
 
     def __post_init__(self) -> None:
+        if not 100 <= self.peak_percent <= 1000:
+            raise PolicyError("peakPercent", f"must be in [100, 1000], got {self.peak_percent}")
         if not 0 < self.quantile < 1:
             raise PolicyError("quantile", f"must be in (0, 1), got {self.quantile}")
         if self.horizon_seconds is not None and self.horizon_seconds <= 0:
@@ -46,6 +53,11 @@ class EventReductionSpec(Spec):
     # costs what HPA's scale-down window costs, no more). None: they wait for ever (fewer
     # scale events, more replica-hours: docs/simulation.md measures both).
     merge_seconds: float | None = None
+    # The forecast's gate holds a scale-down for at most this long, then lets it through (the
+    # reason says so). It keeps a fat-tailed growth history from holding replicas for ever;
+    # with HPA's 300 s a scale-down is never later than HPA's window would make it, and sooner
+    # when the forecast allows. None: the gate holds for as long as the forecast asks.
+    gate_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.down_quantile < 1:
@@ -54,3 +66,5 @@ class EventReductionSpec(Spec):
             raise PolicyError("minStepPercent", "must be in [0, 100)")
         if self.merge_seconds is not None and self.merge_seconds < 0:
             raise PolicyError("mergeSeconds", "must be >= 0")
+        if self.gate_seconds is not None and self.gate_seconds < 0:
+            raise PolicyError("gateSeconds", "must be >= 0")

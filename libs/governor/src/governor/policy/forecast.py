@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from itertools import accumulate
 
 import msgspec
 
@@ -80,26 +81,14 @@ def quantile(cumulative: list[float], q: float) -> float:
 
 
 def quantiles(counts: list[float], q1: float, q2: float) -> tuple[float, float]:
-    """`quantile` of the cumulative counts at q1 and q2, without building the cumulative list:
-    one scan that stops at the higher bin (the same additions in the same order, so the same
-    floats as accumulate + bisect_left)."""
-    total = sum(counts)
+    """`quantile` of the cumulative counts at q1 and q2: the running sums and both searches
+    in C (itertools, bisect), the same floats as `quantile` over `accumulate(counts)`."""
+    cumulative = list(accumulate(counts))
+    total = cumulative[-1] if cumulative else 0.0
     if total <= 0:
         return 1.0, 1.0
-    x1, x2 = q1 * total, q2 * total
-    i1 = i2 = -1
-    running = 0.0
-    for i, c in enumerate(counts):
-        running += c
-        if i1 < 0 and running >= x1:
-            i1 = i
-        if i2 < 0 and running >= x2:
-            i2 = i
-            if i1 >= 0:
-                break
-    else:  # the running sum can fall short of q × total by rounding: the last bin
-        i1 = i1 if i1 >= 0 else BINS
-        i2 = i2 if i2 >= 0 else BINS
+    i1 = bisect.bisect_left(cumulative, q1 * total)
+    i2 = bisect.bisect_left(cumulative, q2 * total)
     return (
         MAX_RATIO if i1 >= BINS else _EDGES[i1],
         MAX_RATIO if i2 >= BINS else _EDGES[i2],
@@ -125,18 +114,23 @@ def observe(
     bursts; the level remembers the last burst for the scale-down gate (headroom.py). Growth
     is measured from the level H ago rather than the load H ago, so a burst that returns is
     not counted as growth from zero (a smooth load's level is about its load: little changes)."""
-    if now < state.at + step * 0.999:
+    at = state.at
+    if now < at + step * 0.999:
         return state  # the decider evaluates more often than once a step: same bucket
-    load = max(load, 0.0)
+    if load < 0.0:
+        load = 0.0
     level = load
-    if level_half_life > 0 and math.isfinite(state.at):
-        level = max(load, state.level * 2.0 ** (-(now - state.at) / level_half_life))
-    loads = (*state.loads, load)[-(steps + 1) :]
-    levels = (*state.levels, level)[-(steps + 1) :]
+    if level_half_life > 0 and at > -math.inf:
+        decayed = state.level * 2.0 ** ((at - now) / level_half_life)
+        if decayed > level:
+            level = decayed
+    keep = -(steps + 1)
+    loads = (*state.loads, load)[keep:]
+    levels = (*state.levels, level)[keep:]
     if len(levels) <= steps:  # also a state from before `levels`: refill the window first
         return msgspec.structs.replace(state, at=now, loads=loads, level=level, levels=levels)
     base, ahead = loads[0], max(loads[1:])
-    if base < min(IDLE, BURST_COLLAPSE * levels[0]):
+    if base < IDLE and base < BURST_COLLAPSE * levels[0]:
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
     b = growth_bin((ahead + HALF) / (base + HALF))
     counts = list(state.counts) if state.counts else [0.0] * BINS
@@ -149,17 +143,7 @@ def observe(
         total /= weight
         weight = 1.0
     up, down = quantiles(counts, up_q, down_q)
-    return ForecastState(
-        at=now,
-        loads=loads,
-        counts=tuple(counts),
-        weight=weight,
-        total=total,
-        up=up,
-        down=down,
-        level=level,
-        levels=levels,
-    )
+    return ForecastState(now, loads, tuple(counts), weight, total, up, down, level, levels)
 
 
 def upper(base: float, growth: float) -> float:

@@ -27,25 +27,33 @@ def forecast(
     steps = fc.horizon_steps(ev.horizon, step)
     down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
     out = dict(known)
+    # The bounds may load each replica up to peakPercent of the target (the burst level is a
+    # memory, not a forecast: it is held at the target).
+    peak = f.peak_percent / 100.0
+    level_half_life = start * BURST_MEMORY_STARTUPS
+    half = fc.HALF
     for name, load in ev.loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds, start * BURST_MEMORY_STARTUPS,
+            f.half_life_seconds, level_half_life,
         )  # fmt: skip
         out[name] = fs
-        bound = fc.upper(load, fs.up)
-        floor = fc.replicas_for(bound)
+        # fc.upper and fc.replicas_for, inlined: this runs on every evaluation.
+        bound = max(load, (load + half) * fs.up - half)
+        floor = max(0, math.ceil(bound / peak - 1e-9))
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
-        gate = fc.replicas_for(fc.upper(load, fs.down))
-        held = fc.replicas_for(fs.level)
-        if load < min(fc.IDLE, fc.BURST_COLLAPSE * fs.level) and held > max(gate, ev.gate):
-            # The load collapsed from a recent burst: hold the (decaying) burst level, so the
-            # next burst does not arrive at too few replicas during the start-up.
-            gate, ev.burst = held, True
-        elif gate > ev.gate:
-            ev.burst = False
-        ev.gate = max(ev.gate, gate)
+        gate = max(0, math.ceil(max(load, (load + half) * fs.down - half) / peak - 1e-9))
+        level = fs.level
+        if load < fc.IDLE and load < fc.BURST_COLLAPSE * level:
+            held = fc.replicas_for(level)
+            if held > gate and held > ev.gate:
+                # The load collapsed from a recent burst: hold the (decaying) burst level, so
+                # the next burst does not arrive at too few replicas during the start-up.
+                ev.gate, ev.burst = held, True
+                continue
+        if gate > ev.gate:
+            ev.gate, ev.burst = gate, False
     return out
 
 
@@ -74,6 +82,8 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
         f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
         f" = {ev.floor_load * unit:.4g} → {ev.floor}"
     )
+    if f.peak_percent != 100.0:
+        detail += f" (at {f.peak_percent:.4g} % of the target per replica)"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
 
@@ -86,6 +96,18 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
     if desired >= current:
         return None
     allowed = max(desired, ev.gate)
+    if allowed > desired and r.gate_seconds is not None and not ev.burst:
+        # (a burst level's hold is a memory with its own decay, not bounded by gateSeconds)
+        since = ev.now if ev.merged_since is None else ev.merged_since
+        if ev.now - since < r.gate_seconds:
+            ev.merge_since = since  # the scale-down is pending since then
+        else:
+            detail = (
+                f"scale-down to {desired}: the forecast's gate ({_gate_why(ev)}) held it for"
+                f" {ev.now - since:.4g} s (gateSeconds {r.gate_seconds:.4g})"
+            )
+            ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+            allowed = desired
     if allowed >= current:
         detail = f"scale-down to {desired} waits: {_gate_why(ev)}"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))

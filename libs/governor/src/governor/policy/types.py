@@ -46,7 +46,8 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     panic_over_at: the last time the panic window was over the threshold (Knative's panicTime);
     forecasts: per metric, the forecaster's state (policy/forecast.py), when forecast is on;
     merge_since: since when a scale-down smaller than eventReduction's step (or held by the
-    tolerance band) has waited, so it happens after mergeSeconds (policy/headroom.py).
+    tolerance band, or by the forecast's gate) has waited, so it happens after mergeSeconds
+    (gateSeconds for the gate; policy/headroom.py).
 
     `gc=False`: lists of number pairs and acyclic structs, never a cycle (the cyclic collector
     need not track one per workload; its lists still are).
