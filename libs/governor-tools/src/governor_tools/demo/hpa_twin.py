@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from governor.cores.decider import Evaluate
 from governor.external_metrics import (
     DELAY_LABEL,
     GROUP_VERSION,
@@ -40,7 +41,7 @@ from governor.spec import MetricSpec, ScalingPolicySpec
 from governor_tools import aggregation
 from governor_tools.demo import scenario as sc
 from governor_tools.sim.policies import HPA_PIPELINE, HPA_SYNC_SECONDS
-from governor_tools.sim.replay import METRIC, Evaluate, Pipeline, Run, SimConfig, replay
+from governor_tools.sim.replay import METRIC, Pipeline, Run, SimConfig, replay
 from governor_tools.sim.traces import Trace
 
 SUFFIX = "-hpa"
