@@ -130,7 +130,7 @@ async def wait_established(kube: Kube, name: str, within_s: float = 30) -> None:
     deadline = time.monotonic() + within_s
     while True:
         crd = await kube.get("apiextensions.k8s.io/v1", "customresourcedefinitions", name)
-        conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions", [])}
+        conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
         if conds.get("Established") == "True":
             return
         if time.monotonic() > deadline:
