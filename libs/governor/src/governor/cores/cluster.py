@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -65,6 +65,7 @@ from governor.targets import TargetView, target_view
 Table = Literal["policies", "workloads", "cluster", "quotas", "queues"]
 TABLES: tuple[Table, ...] = ("policies", "workloads", "cluster", "quotas", "queues")
 GVK = tuple[str, str]  # (apiVersion, kind) of a target
+_Obj = TypeVar("_Obj")  # an object kept per node: its Node or its Device
 TargetStatus = Literal["pending", "synced", "missing"]
 
 
@@ -139,19 +140,18 @@ class ClusterCore:
         self.dirty = True
 
     def on_node(self, key: str, old: Node | None, new: Node | None) -> None:
-        if new is None:
-            self.nodes.pop(key, None)
-        else:
-            self.nodes[key] = new
-        self.dirty_nodes.add(key)
-        self.dirty = True
+        self._node_changed(self.nodes, key, new)
 
     def on_device(self, key: str, old: DeviceObject | None, new: DeviceObject | None) -> None:
+        self._node_changed(self.devices, key, new)  # a Device is named after its node
+
+    def _node_changed(self, store: dict[str, _Obj], key: str, new: _Obj | None) -> None:
+        """A node's object (the Node or its Device) put or deleted: that node is to publish."""
         if new is None:
-            self.devices.pop(key, None)
+            store.pop(key, None)
         else:
-            self.devices[key] = new
-        self.dirty_nodes.add(key)  # a Device is named after its node
+            store[key] = new
+        self.dirty_nodes.add(key)
         self.dirty = True
 
     def on_pod(self, key: str, old: Pod | None, new: Pod | None) -> None:
