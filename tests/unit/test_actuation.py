@@ -15,6 +15,7 @@ from governor.events import Reason, ScaleDecision
 from governor.policy import actuation as a
 from governor.policy import pacing, status
 from governor.spec import TargetRef, policy_from_obj
+from governor.targets import kind_of
 
 NS = "shop"
 RULES = a.ActuatorRules(allowed_namespaces=frozenset({NS, "ml"}))
@@ -190,8 +191,12 @@ def test_kind_key_and_group() -> None:
     assert a.kind_key("Job", "batch.volcano.sh/v1alpha1") == "Job.batch.volcano.sh"
     assert a.kind_key("Pod", "v1") == "Pod"
     assert a.api_group("v1") == ""
-    assert a.is_volcano_job(TargetRef(kind="Job", name="x", api_version="batch.volcano.sh/v1"))
-    assert not a.is_volcano_job(TargetRef(kind="Job", name="x", api_version="batch/v1"))
+    asks = TargetRef(
+        kind="Job", name="x", api_version="batch.volcano.sh/v1", scale_min_available=True
+    )
+    assert kind_of(asks).moves_min_available(asks)
+    batch = TargetRef(kind="Job", name="x", api_version="batch/v1", scale_min_available=True)
+    assert not kind_of(batch).moves_min_available(batch)
 
 
 def test_digest_is_stable_and_sensitive_to_the_body() -> None:

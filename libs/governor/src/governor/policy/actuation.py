@@ -37,8 +37,7 @@ from governor.events import Reason, ScaleDecision
 from governor.spec import ScalingPolicy, TargetRef
 from governor.targets import escape_pointer, kind_of
 from governor.targets import to_pointer as to_pointer  # re-exported: the actuator's callers
-from governor.targets.base import dig, pointer_segments
-from governor.targets.volcano import VOLCANO_JOB
+from governor.targets.base import TaskReplicas, Tasks, dig, pointer_segments
 
 # Every annotation governor writes on a target starts with it (explain lists them).
 ANNOTATION_PREFIX = "governor.dev/"
@@ -119,10 +118,6 @@ def kind_key(kind: str, api_version: str) -> str:
     """The spelling of a kind in the allowed-kinds list: `Kind.group` (`Kind` for core)."""
     group = api_group(api_version)
     return f"{kind}.{group}" if group else kind
-
-
-def is_volcano_job(ref: TargetRef) -> bool:
-    return kind_of(ref) is VOLCANO_JOB
 
 
 def decision_digest(decision: ScaleDecision) -> str:
@@ -255,7 +250,7 @@ def admit(
         return Refusal(
             "above_max", f"to_replicas {decision.to_replicas} > {what} {high} ({policy.key})"
         )
-    if decision.min_available is not None and not (is_volcano_job(ref) and ref.scale_min_available):
+    if decision.min_available is not None and not kind_of(ref).moves_min_available(ref):
         return Refusal(
             "policy_mismatch",
             f"decision sets min_available but ScalingPolicy {policy.key} does not move "
@@ -267,12 +262,6 @@ def admit(
 # --- the target as read ------------------------------------------------------------------------
 
 
-class VolcanoTask(msgspec.Struct, frozen=True):
-    name: str
-    replicas: int | None
-    min_available: int | None
-
-
 class TargetState(msgspec.Struct, frozen=True, kw_only=True):
     """What the actuator read of the target object (pure data, built by `read_target`)."""
 
@@ -282,9 +271,9 @@ class TargetState(msgspec.Struct, frozen=True, kw_only=True):
     annotations: dict[str, str] | None  # None: the object has no annotations map at all
     replicas_pointer: str  # JSON pointer of the replicas the decision sets
     replicas: int | None  # its current value (None: absent)
-    # Volcano Job only:
+    # A kind with tasks only (`TargetKind.tasks`):
     task_index: int | None = None
-    tasks: tuple[VolcanoTask, ...] = ()
+    tasks: tuple[TaskReplicas, ...] = ()
     min_available: int | None = None
 
 
@@ -303,8 +292,8 @@ def read_target(
     """The decision-relevant parts of a target object.
 
     `replicas_pointer`: for Deployment/StatefulSet `/spec/replicas` (the default); for a scalable
-    CRD its scale subresource's specReplicasPath as a pointer; ignored for a Volcano Job, whose
-    pointer is `/spec/tasks/<i>/replicas` of the task `ref.task`.
+    CRD its scale subresource's specReplicasPath as a pointer; ignored for a kind with tasks (a
+    Volcano Job), whose kind finds the pointer of the task `ref.task` in the object.
     """
     meta = obj.get("metadata") or {}
     raw_ann = meta.get("annotations")
@@ -312,30 +301,20 @@ def read_target(
     namespace = str(meta.get("namespace", ""))
     name = str(meta.get("name", ""))
     rv = str(meta.get("resourceVersion", ""))
-    if is_volcano_job(ref):
-        spec = obj.get("spec") or {}
-        tasks = tuple(
-            VolcanoTask(
-                str(t.get("name", "")),
-                _as_int(t.get("replicas")),
-                _as_int(t.get("minAvailable")),
-            )
-            for t in spec.get("tasks") or []
-        )
-        index = next((i for i, t in enumerate(tasks) if t.name == ref.task), None)
-        if index is None:
-            names = ", ".join(t.name for t in tasks) or "none"
-            return Refusal("task_not_found", f"Volcano Job has no task {ref.task!r} (has {names})")
+    found = kind_of(ref).tasks(ref, obj)
+    if isinstance(found, str):
+        return Refusal("task_not_found", found)
+    if found is not None:
         return TargetState(
             namespace=namespace,
             name=name,
             resource_version=rv,
             annotations=annotations,
-            replicas_pointer=VOLCANO_JOB.task_pointer(index),
-            replicas=tasks[index].replicas,
-            task_index=index,
-            tasks=tasks,
-            min_available=_as_int(spec.get("minAvailable")),
+            replicas_pointer=found.pointer,
+            replicas=found.tasks[found.index].replicas,
+            task_index=found.index,
+            tasks=found.tasks,
+            min_available=found.min_available,
         )
     pointer = replicas_pointer or "/spec/replicas"
     return TargetState(
@@ -395,7 +374,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     patch: list[dict[str, Any]]
     from_replicas: int | None
     to_replicas: int
-    min_available: int | None  # the job's new minAvailable (Volcano), None when untouched
+    min_available: (
+        int | None
+    )  # the object's new minAvailable (a kind with tasks), None when untouched
     changes_replicas: bool  # False: only the fence and the reason annotations move
 
 
@@ -432,37 +413,6 @@ def check_fence(
             f"({(annotations or {}).get(ANN_ID, '?')}); this one differs",
         )
     return None
-
-
-def _volcano_min_available(
-    decision: ScaleDecision, target: TargetState, ref: TargetRef, new_total: int
-) -> int | Refusal | None:
-    """The job's new minAvailable (None: leave it), or why the change breaks Volcano's rules."""
-    assert target.task_index is not None
-    task = target.tasks[target.task_index]
-    if task.min_available is not None and decision.to_replicas < task.min_available:
-        return Refusal(
-            "volcano_constraint",
-            f"task {task.name} minAvailable {task.min_available} > new replicas "
-            f"{decision.to_replicas}",
-        )
-    wanted = decision.min_available if ref.scale_min_available else None
-    if wanted is not None and wanted > new_total:
-        return Refusal(
-            "volcano_constraint",
-            f"min_available {wanted} > the job's replicas after the change ({new_total})",
-        )
-    if wanted is None and target.min_available is not None and target.min_available > new_total:
-        if not ref.scale_min_available:
-            return Refusal(
-                "volcano_constraint",
-                f"job minAvailable {target.min_available} > the job's replicas after the change "
-                f"({new_total}); set targetRef.scaleMinAvailable to move it",
-            )
-        wanted = new_total
-    if wanted is not None and wanted == target.min_available:
-        return None
-    return wanted
 
 
 def _ann_op(key: str, value: str) -> dict[str, Any]:
@@ -513,9 +463,12 @@ def plan(
             decision.to_replicas if j == i else (t.replicas or 0)
             for j, t in enumerate(target.tasks)
         )
-        moved = _volcano_min_available(decision, target, ref, new_total)
-        if isinstance(moved, Refusal):
-            return moved
+        tasks = Tasks(i, target.tasks, target.min_available, target.replicas_pointer)
+        moved = kind_of(ref).min_available(
+            ref, tasks, decision.to_replicas, decision.min_available, new_total
+        )
+        if isinstance(moved, str):
+            return Refusal("volcano_constraint", moved)
         new_min = moved
     changes = target.replicas != decision.to_replicas
     if changes:

@@ -36,6 +36,23 @@ class TargetView:
     started_at: float | None = None
 
 
+class TaskReplicas(msgspec.Struct, frozen=True):
+    """One named task of a target whose replicas are split into tasks (a Volcano Job)."""
+
+    name: str
+    replicas: int | None
+    min_available: int | None
+
+
+class Tasks(msgspec.Struct, frozen=True):
+    """A tasked target's tasks as read from the object, and where the policy's task is."""
+
+    index: int  # of the policy's task (`targetRef.task`)
+    tasks: tuple[TaskReplicas, ...]
+    min_available: int | None  # the whole object's minAvailable (a gang over all tasks)
+    pointer: str  # JSON pointer of the policy's task's replicas
+
+
 class TargetKind(abc.ABC):
     """One kind of scale target (a Deployment, a CRD with a scale subresource, ...)."""
 
@@ -65,6 +82,23 @@ class TargetKind(abc.ABC):
         """Whether the replicas' path comes from the CRD's scale subresource (the caller reads
         the CRD and passes its specReplicasPath to `replicas_pointer`)."""
         return False
+
+    def tasks(self, ref: TargetRef, obj: Mapping[str, Any]) -> Tasks | str | None:
+        """For a kind whose replicas are one named task of several: the object's tasks, or why
+        `ref`'s task is not among them; None for a kind without tasks."""
+        return None
+
+    def moves_min_available(self, ref: TargetRef) -> bool:
+        """Whether a decision may set the object's minAvailable for this `ref`."""
+        return False
+
+    def min_available(
+        self, ref: TargetRef, tasks: Tasks, to_replicas: int, wanted: int | None, new_total: int
+    ) -> int | str | None:
+        """The object's new minAvailable after the task moves to `to_replicas` (the object's
+        replicas then total `new_total`; `wanted` is the decision's), None to leave it, or why the
+        change breaks the kind's rules. Only called for a kind with `tasks`."""
+        return None
 
     @abc.abstractmethod
     def replicas_pointer(self, ref: TargetRef, scale_path: str | None = None) -> str | None:

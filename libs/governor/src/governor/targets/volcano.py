@@ -11,7 +11,7 @@ import msgspec
 from governor.inventory.names import InventoryError
 from governor.inventory.objects import K8sObject, LabelSelector, PodTemplate
 from governor.spec import TargetRef
-from governor.targets.base import TargetKind, TargetView, convert
+from governor.targets.base import TargetKind, TargetView, TaskReplicas, Tasks, convert
 
 GROUP = "batch.volcano.sh"
 # Volcano labels a job's pods with these: the pods of one task.
@@ -80,6 +80,52 @@ class VolcanoJob(TargetKind):
     @staticmethod
     def task_pointer(index: int) -> str:
         return f"/spec/tasks/{index}/replicas"
+
+    def tasks(self, ref: TargetRef, obj: Mapping[str, Any]) -> Tasks | str:
+        spec = obj.get("spec") or {}
+        tasks = tuple(
+            TaskReplicas(
+                str(t.get("name", "")),
+                _as_int(t.get("replicas")),
+                _as_int(t.get("minAvailable")),
+            )
+            for t in spec.get("tasks") or []
+        )
+        index = next((i for i, t in enumerate(tasks) if t.name == ref.task), None)
+        if index is None:
+            names = ", ".join(t.name for t in tasks) or "none"
+            return f"Volcano Job has no task {ref.task!r} (has {names})"
+        return Tasks(index, tasks, _as_int(spec.get("minAvailable")), self.task_pointer(index))
+
+    def moves_min_available(self, ref: TargetRef) -> bool:
+        return bool(ref.scale_min_available)
+
+    def min_available(
+        self, ref: TargetRef, tasks: Tasks, to_replicas: int, wanted: int | None, new_total: int
+    ) -> int | str | None:
+        task = tasks.tasks[tasks.index]
+        if task.min_available is not None and to_replicas < task.min_available:
+            return (
+                f"task {task.name} minAvailable {task.min_available} > new replicas {to_replicas}"
+            )
+        wanted = wanted if ref.scale_min_available else None
+        if wanted is not None and wanted > new_total:
+            return f"min_available {wanted} > the job's replicas after the change ({new_total})"
+        job_min = tasks.min_available
+        if wanted is None and job_min is not None and job_min > new_total:
+            if not ref.scale_min_available:
+                return (
+                    f"job minAvailable {job_min} > the job's replicas after the change "
+                    f"({new_total}); set targetRef.scaleMinAvailable to move it"
+                )
+            wanted = new_total
+        if wanted is not None and wanted == job_min:
+            return None
+        return wanted
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 VOLCANO_JOB = VolcanoJob()
