@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from governor.cores.cluster import ClusterCore
+from governor.cores.cluster import ClusterCore, Watched
 from governor.events import NodeState, QueueState, QuotaState, Recommendation, WorkloadState
 from governor.inventory import Node, Pod
 from governor.kube import Kube, KubeError, connect
@@ -181,26 +181,26 @@ class Cluster:
         for obj in await k.list_objects("v1", "nodes"):
             n = msgspec.convert(obj, Node)
             if n.metadata.labels.get("governor.dev/pool") == self.pool:
-                m.on_node(n.metadata.name, None, n)
+                m.on(Watched("node", n.metadata.name, None, n))
         for obj in await k.list_objects("v1", "pods", namespace=self.ns):
             p = msgspec.convert(obj, Pod)
-            m.on_pod(f"{self.ns}/{p.metadata.name}", None, p)
+            m.on(Watched("pod", f"{self.ns}/{p.metadata.name}", None, p))
         for obj in await k.list_objects("v1", "resourcequotas", namespace=self.ns):
             q = msgspec.convert(obj, ResourceQuota)
-            m.on_quota(f"{self.ns}/{q.metadata.name}", None, q)
+            m.on(Watched("quota", f"{self.ns}/{q.metadata.name}", None, q))
         for obj in await k.list_objects(SCHED, "queues"):
             queue = msgspec.convert(obj, Queue)
-            m.on_queue(queue.metadata.name, None, queue)
+            m.on(Watched("queue", queue.metadata.name, None, queue))
         for obj in await k.list_objects(SCHED, "podgroups", namespace=self.ns):
             pg = msgspec.convert(obj, PodGroup)
-            m.on_podgroup(f"{self.ns}/{pg.metadata.name}", None, pg)
+            m.on(Watched("podgroup", f"{self.ns}/{pg.metadata.name}", None, pg))
         for api_version, plural, kind in targets:
             gvk = (api_version, kind)
             for obj in await k.list_objects(api_version, plural, namespace=self.ns):
-                m.on_target(gvk, f"{self.ns}/{obj['metadata']['name']}", None, obj)
+                m.on(Watched("target", f"{self.ns}/{obj['metadata']['name']}", None, obj, gvk=gvk))
             m.set_target_status(gvk, "synced")
         for key, obj in self.policies.items():
-            m.on_policy(key, None, obj)
+            m.on(Watched("policy", key, None, obj))
         out: dict[str, dict[str, Any]] = {
             "quotas": {},
             "queues": {},

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from governor.cores.cluster import Watched
 from governor.events import NodeState, Topic
 from governor.inventory import Node
 from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
@@ -43,14 +44,14 @@ async def test_churn_is_coalesced_and_rate_bounded() -> None:
     c.producer = producer  # type: ignore[assignment]
     loop_task = asyncio.create_task(c._flush_loop())
     try:
-        c.model.on_node("n1", None, node(1))
+        c.model.on(Watched("node", "n1", None, node(1)))
         c._changed()
         await asyncio.sleep(0.5)
         assert len(producer.sent) == 1
         # 100 changes of one node within ~1 s
         start = asyncio.get_running_loop().time()
         for i in range(100):
-            c.model.on_node("n1", None, node(2 + i))
+            c.model.on(Watched("node", "n1", None, node(2 + i)))
             c._changed()
             await asyncio.sleep(0.01)
         elapsed = asyncio.get_running_loop().time() - start
@@ -61,9 +62,9 @@ async def test_churn_is_coalesced_and_rate_bounded() -> None:
         assert isinstance(last, NodeState) and last.allocatable == {"cpu": 101.0}
         # a change back and forth inside one coalescing window: no message at all
         before = len(producer.sent)
-        c.model.on_node("n1", None, node(5))
+        c.model.on(Watched("node", "n1", None, node(5)))
         c._changed()
-        c.model.on_node("n1", None, node(101))
+        c.model.on(Watched("node", "n1", None, node(101)))
         c._changed()
         await asyncio.sleep(0.5)
         assert len(producer.sent) == before

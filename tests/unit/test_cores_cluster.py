@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from governor.cores.cluster import Change, ClusterCore, Report
+from governor.cores.cluster import Change, ClusterCore, Report, Watched
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DeviceObject, Node, Pod
 
@@ -88,15 +88,15 @@ DEPLOYMENT = {
 def populated() -> ClusterCore:
     m = ClusterCore()
     m.devices_served = True
-    m.on_node("n1", None, node("n1"))
-    m.on_node("n2", None, node("n2"))
-    m.on_device("n1", None, device("n1"))
-    m.on_pod("ns/web-1", None, pod("web-1", "n1"))
-    m.on_pod("ns/db-1", None, pod("db-1", "n1", app="db"))
-    m.on_pod("ns/web-2", None, pod("web-2", "n2"))
-    m.on_policy("ns/web", None, policy())
+    m.on(Watched("node", "n1", None, node("n1")))
+    m.on(Watched("node", "n2", None, node("n2")))
+    m.on(Watched("device", "n1", None, device("n1")))
+    m.on(Watched("pod", "ns/web-1", None, pod("web-1", "n1")))
+    m.on(Watched("pod", "ns/db-1", None, pod("db-1", "n1", app="db")))
+    m.on(Watched("pod", "ns/web-2", None, pod("web-2", "n2")))
+    m.on(Watched("policy", "ns/web", None, policy()))
     m.set_target_status(DEPLOY, "synced")
-    m.on_target(DEPLOY, "ns/web", None, DEPLOYMENT)
+    m.on(Watched("target", "ns/web", None, DEPLOYMENT, gvk=DEPLOY))
     return m
 
 
@@ -136,23 +136,23 @@ def test_first_compute_publishes_everything_once() -> None:
 def test_each_change_is_one_message_for_its_key() -> None:
     m = populated()
     publish(m)
-    m.on_device("n1", device("n1"), device("n1", healthy=False))
+    m.on(Watched("device", "n1", device("n1"), device("n1", healthy=False)))
     assert keys(publish(m)) == [("cluster", "n1", False)]
-    m.on_pod("ns/db-1", m.pods["ns/db-1"], None)
+    m.on(Watched("pod", "ns/db-1", m.pods["ns/db-1"], None))
     assert keys(publish(m)) == [("cluster", "n1", False)]
-    m.on_node("n2", m.nodes["n2"], node("n2", pool="b"))
+    m.on(Watched("node", "n2", m.nodes["n2"], node("n2", pool="b")))
     changes = publish(m)
     assert keys(changes) == [("cluster", "n2", False)]
     assert isinstance(changes[0].value, NodeState) and changes[0].value.pool == "b"
     # a status write on the policy moves its resourceVersion only
-    m.on_policy("ns/web", None, policy(rv="2"))
+    m.on(Watched("policy", "ns/web", None, policy(rv="2")))
     assert publish(m) == []
 
 
 def test_pod_readiness_moves_the_workload_and_the_node() -> None:
     m = populated()
     publish(m)
-    m.on_pod("ns/web-3", None, pod("web-3", "n2"))
+    m.on(Watched("pod", "ns/web-3", None, pod("web-3", "n2")))
     assert keys(publish(m)) == [("cluster", "n2", False), ("workloads", "ns/Deployment/web", False)]
 
 
@@ -160,7 +160,11 @@ def test_device_allocations_reduce_free() -> None:
     m = populated()
     publish(m)
     alloc = json.dumps({"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-core": "100"}}]})
-    m.on_pod("ns/web-1", m.pods["ns/web-1"], pod("web-1", "n1", **{DEVICE_ALLOCATED: alloc}))
+    m.on(
+        Watched(
+            "pod", "ns/web-1", m.pods["ns/web-1"], pod("web-1", "n1", **{DEVICE_ALLOCATED: alloc})
+        )
+    )
     changes = publish(m)
     assert keys(changes) == [("cluster", "n1", False)]
     n1 = changes[0].value
@@ -171,7 +175,7 @@ def test_device_allocations_reduce_free() -> None:
 def test_deleting_a_policy_tombstones_it_and_its_workload_and_unmanages_pods() -> None:
     m = populated()
     publish(m)
-    m.on_policy("ns/web", m.policies["ns/web"], None)
+    m.on(Watched("policy", "ns/web", m.policies["ns/web"], None))
     changes = publish(m)
     assert keys(changes) == [
         ("cluster", "n1", False),
@@ -186,7 +190,7 @@ def test_deleting_a_policy_tombstones_it_and_its_workload_and_unmanages_pods() -
 def test_deleted_node_is_tombstoned() -> None:
     m = populated()
     publish(m)
-    m.on_node("n2", m.nodes["n2"], None)
+    m.on(Watched("node", "n2", m.nodes["n2"], None))
     assert keys(publish(m)) == [("cluster", "n2", True)]
 
 
@@ -194,13 +198,13 @@ def test_invalid_policy_is_reported_not_published_nor_tombstoned() -> None:
     m = populated()
     publish(m)
     m.take_reports()
-    m.on_policy("ns/web", None, policy(rv="3", max_replicas=0))
+    m.on(Watched("policy", "ns/web", None, policy(rv="3", max_replicas=0)))
     assert publish(m) == []
     [report] = m.take_reports()
     assert (report.kind, report.key) == ("invalid_policy", "ns/web") and report.text
     publish(m)  # reported once per resourceVersion
     assert m.take_reports() == []
-    m.on_policy("ns/bad", None, policy("bad", max_replicas=0))
+    m.on(Watched("policy", "ns/bad", None, policy("bad", max_replicas=0)))
     assert publish(m) == []
     assert [r.key for r in m.take_reports()] == ["ns/bad"]
 
@@ -211,11 +215,11 @@ def test_an_unreadable_input_is_reported_once() -> None:
     m.take_reports()
     bad = msgspec.structs.replace(m.nodes["n2"], status=msgspec.structs.replace(
         m.nodes["n2"].status, allocatable={"cpu": "lots"}))  # fmt: skip
-    m.on_node("n2", m.nodes["n2"], bad)
+    m.on(Watched("node", "n2", m.nodes["n2"], bad))
     publish(m)
     reports = m.take_reports()
     assert reports and all(isinstance(r, Report) and r.kind == "problem" for r in reports)
-    m.on_node("n2", bad, bad)
+    m.on(Watched("node", "n2", bad, bad))
     publish(m)
     assert m.take_reports() == []  # each text once
 
@@ -236,9 +240,9 @@ def test_restart_from_the_topics_publishes_only_the_difference() -> None:
     tables = copy.deepcopy(first.published)
     # while the collector was down: a pod went away and a policy was deleted
     again = populated()
-    again.on_pod("ns/db-1", again.pods["ns/db-1"], None)
-    again.on_policy("ns/web", again.policies["ns/web"], None)
-    again.on_node("n3", None, node("n3"))
+    again.on(Watched("pod", "ns/db-1", again.pods["ns/db-1"], None))
+    again.on(Watched("policy", "ns/web", again.policies["ns/web"], None))
+    again.on(Watched("node", "n3", None, node("n3")))
     for table, values in tables.items():
         again.load_published(table, values)
     changes = publish(again, now=99.0)
@@ -272,11 +276,11 @@ def test_pod_events_recompute_only_their_namespace() -> None:
     other = msgspec.structs.replace(
         other, metadata=msgspec.structs.replace(other.metadata, namespace="elsewhere")
     )
-    m.on_pod("elsewhere/x", None, other)
+    m.on(Watched("pod", "elsewhere/x", None, other))
     assert m.dirty_namespaces == {"elsewhere"}
     assert keys(publish(m)) == [("cluster", "n2", False)]
     # the same pod in the policy's namespace is managed and moves the workload's readiness
-    m.on_pod("ns/web-9", None, pod("web-9", "n1"))
+    m.on(Watched("pod", "ns/web-9", None, pod("web-9", "n1")))
     changes = publish(m)
     assert keys(changes) == [("cluster", "n1", False), ("workloads", "ns/Deployment/web", False)]
     wl = next(c.value for c in changes if c.table == "workloads")
@@ -287,14 +291,14 @@ def test_target_status_write_recomputes_its_namespace_only() -> None:
     m = populated()
     publish(m)
     status = {**DEPLOYMENT, "status": {"observedGeneration": 1, "readyReplicas": 1}}
-    m.on_target(DEPLOY, "ns/web", DEPLOYMENT, status)
+    m.on(Watched("target", "ns/web", DEPLOYMENT, status, gvk=DEPLOY))
     assert not m.policies_dirty and m.dirty_namespaces == {"ns"}
     changes = publish(m)
     assert keys(changes) == [("workloads", "ns/Deployment/web", False)]
     wl = changes[0].value
     assert isinstance(wl, WorkloadState) and wl.ready_replicas == 1
     # the target goes away: its workload is tombstoned, its pods become unmanaged
-    m.on_target(DEPLOY, "ns/web", status, None)
+    m.on(Watched("target", "ns/web", status, None, gvk=DEPLOY))
     assert keys(publish(m)) == [
         ("cluster", "n1", False),
         ("cluster", "n2", False),

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from governor.cores.cluster import ClusterCore
+from governor.cores.cluster import ClusterCore, Watched
 from governor.events import QuotaState
 from governor.inventory import Pod, PodTemplate
 from governor.quotas import (
@@ -223,25 +223,28 @@ def _policy(ns: str, name: str) -> dict[str, Any]:
 def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
     m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
-    m.on_policy("shop/web", None, _policy("shop", "web"))
+    m.on(Watched("policy", "shop/web", None, _policy("shop", "web")))
     m.set_target_status(gvk, "synced")
     labels = {"app": "web"}
-    m.on_target(
-        gvk,
-        "shop/web",
-        None,
-        {
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": spec(cpu="1")},
+    m.on(
+        Watched(
+            "target",
+            "shop/web",
+            None,
+            {
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": spec(cpu="1")},
+                },
             },
-        },
+            gvk=gvk,
+        )
     )
-    m.on_pod("shop/w1", None, pod("w1", cpu="1", meta={"labels": labels}))
-    m.on_pod("shop/x", None, pod("x", cpu="2"))
-    m.on_quota("shop/q", None, quota({"requests.cpu": "10"}))
+    m.on(Watched("pod", "shop/w1", None, pod("w1", cpu="1", meta={"labels": labels})))
+    m.on(Watched("pod", "shop/x", None, pod("x", cpu="2")))
+    m.on(Watched("quota", "shop/q", None, quota({"requests.cpu": "10"})))
     changes = m.compute(1.0)
     first = {(c.table, c.key): c.value for c in changes}
     q = first[("quotas", "shop/q")]
@@ -250,9 +253,9 @@ def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
     assert q.unmanaged == {"requests.cpu": 2.0}
     for c in changes:
         m.acknowledge(c)
-    m.on_pod("shop/x2", None, pod("x2", cpu="2", phase="Failed"))
+    m.on(Watched("pod", "shop/x2", None, pod("x2", cpu="2", phase="Failed")))
     assert m.compute(1.5) == [], "nothing a quota reads changed: nothing published"
-    m.on_quota("shop/q", None, None)
+    m.on(Watched("quota", "shop/q", None, None))
     gone = [(c.table, c.key, c.value) for c in m.compute(3.0)]
     assert gone == [("quotas", "shop/q", None)]
 
@@ -303,22 +306,25 @@ def test_cluster_show_lists_quotas_and_queues_with_their_use() -> None:
 
 def test_a_quota_with_a_bad_quantity_keeps_its_last_value_and_the_others_go_on() -> None:
     m = ClusterCore()
-    m.on_quota("shop/q", None, quota({"requests.cpu": "10"}))
-    m.on_quota(
-        "shop/other",
-        None,
-        msgspec.structs.replace(
-            quota({"pods": "5"}),
-            metadata=msgspec.convert(
-                {"name": "other", "namespace": "shop"}, ResourceQuota
-            ).metadata,
-        ),
+    m.on(Watched("quota", "shop/q", None, quota({"requests.cpu": "10"})))
+    m.on(
+        Watched(
+            "quota",
+            "shop/other",
+            None,
+            msgspec.structs.replace(
+                quota({"pods": "5"}),
+                metadata=msgspec.convert(
+                    {"name": "other", "namespace": "shop"}, ResourceQuota
+                ).metadata,
+            ),
+        )
     )
     for c in m.compute(1.0):
         m.acknowledge(c)
     assert set(m.published["quotas"]) == {"shop/q", "shop/other"}
-    m.on_quota("shop/q", None, quota({"requests.cpu": "ten"}))
-    m.on_quota("shop/other", None, None)
+    m.on(Watched("quota", "shop/q", None, quota({"requests.cpu": "ten"})))
+    m.on(Watched("quota", "shop/other", None, None))
     changes = m.compute(2.0)
     assert [(c.table, c.key, c.value) for c in changes] == [("quotas", "shop/other", None)]
 
@@ -328,16 +334,19 @@ def test_a_priority_class_scope_sees_the_global_default_class() -> None:
 
     m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
-    m.on_policy("shop/web", None, _policy("shop", "web"))
+    m.on(Watched("policy", "shop/web", None, _policy("shop", "web")))
     m.set_target_status(gvk, "synced")
-    m.on_target(
-        gvk,
-        "shop/web",
-        None,
-        {
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {"replicas": 1, "template": {"spec": spec(cpu="1")}},
-        },
+    m.on(
+        Watched(
+            "target",
+            "shop/web",
+            None,
+            {
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 1, "template": {"spec": spec(cpu="1")}},
+            },
+            gvk=gvk,
+        )
     )
     scoped = {
         "scopeSelector": {
@@ -346,7 +355,7 @@ def test_a_priority_class_scope_sees_the_global_default_class() -> None:
             ]
         }
     }
-    m.on_quota("shop/q", None, quota({"requests.cpu": "10"}, **scoped))
+    m.on(Watched("quota", "shop/q", None, quota({"requests.cpu": "10"}, **scoped)))
 
     def covers() -> dict[str, Any]:
         out = {c.key: c.value for c in m.compute(1.0) if c.table == "quotas"}
@@ -357,11 +366,15 @@ def test_a_priority_class_scope_sees_the_global_default_class() -> None:
         return q.covers
 
     assert covers() == {}
-    m.on_priority_class(
-        "standard",
-        None,
-        msgspec.convert(
-            {"metadata": {"name": "standard"}, "value": 100, "globalDefault": True}, PriorityClass
-        ),
+    m.on(
+        Watched(
+            "priority_class",
+            "standard",
+            None,
+            msgspec.convert(
+                {"metadata": {"name": "standard"}, "value": 100, "globalDefault": True},
+                PriorityClass,
+            ),
+        )
     )
     assert covers() == {"shop/Deployment/web": {"requests.cpu": 1.0}}

@@ -1,8 +1,8 @@
 """The cluster collector's core, without I/O: what the watches saw, and what was last published.
 
-The reflectors feed `on_*` with every object change; `tick(now)` (`compute`) turns the current
-objects into the messages worth sending (`Outputs.records`: one per key whose content differs
-from the last published value, tombstones for keys that are gone); the shell sends them and
+The reflectors feed `on(Watched)` with every object change; `tick(now)` (`compute`) turns the
+current objects into the messages worth sending (`Outputs.records`: one per key whose content
+differs from the last published value, tombstones for keys that are gone); the shell sends them and
 calls `acknowledge` for each one the broker acknowledged. What could not be read is reported,
 not logged: `take_reports` hands the shell each new input problem and invalid policy (it counts
 and logs them). `published` starts from the compacted topics themselves, so a restart
@@ -89,6 +89,23 @@ class Change:
     value: Event | None
 
 
+Resource = Literal[
+    "node", "device", "pod", "policy", "priority_class", "target", "quota", "queue", "podgroup"
+]
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One object change a watch saw: `old` None is an add, `new` None a delete. A policy
+    target's change names the target's kind (`gvk`)."""
+
+    resource: Resource
+    key: str
+    old: Any
+    new: Any
+    gvk: GVK | None = None
+
+
 class ClusterCore:
     def __init__(self, *, pool_label: str = POOL_LABEL, max_problems_remembered: int = 10_000):
         self.pool_label = pool_label
@@ -139,11 +156,30 @@ class ClusterCore:
         self.policies_dirty = True
         self.dirty = True
 
-    def on_node(self, key: str, old: Node | None, new: Node | None) -> None:
-        self._node_changed(self.nodes, key, new)
-
-    def on_device(self, key: str, old: DeviceObject | None, new: DeviceObject | None) -> None:
-        self._node_changed(self.devices, key, new)  # a Device is named after its node
+    def on(self, record: Watched) -> Outputs[Change]:
+        """Take one object change; what it changes is published by the next `tick`."""
+        r = record
+        match r.resource:
+            case "target":
+                assert r.gvk is not None
+                self._on_target(r.gvk, r.key, r.new)
+            case "node":
+                self._node_changed(self.nodes, r.key, r.new)
+            case "device":
+                self._node_changed(self.devices, r.key, r.new)  # a Device is named after its node
+            case "pod":
+                self._on_pod(r.key, r.old, r.new)
+            case "policy":
+                self._on_policy(r.key, r.new)
+            case "priority_class":
+                self._on_priority_class(r.key, r.new)
+            case "quota":
+                self._keep(self.quotas, r.key, r.new)
+            case "queue":
+                self._keep(self.queues, r.key, r.new)
+            case "podgroup":
+                self._keep(self.podgroups, r.key, r.new)
+        return Outputs()
 
     def _node_changed(self, store: dict[str, _Obj], key: str, new: _Obj | None) -> None:
         """A node's object (the Node or its Device) put or deleted: that node is to publish."""
@@ -154,7 +190,7 @@ class ClusterCore:
         self.dirty_nodes.add(key)
         self.dirty = True
 
-    def on_pod(self, key: str, old: Pod | None, new: Pod | None) -> None:
+    def _on_pod(self, key: str, old: Pod | None, new: Pod | None) -> None:
         for p in (old, new):
             if p is not None:
                 self.dirty_namespaces.add(p.metadata.namespace)
@@ -185,7 +221,7 @@ class ClusterCore:
                 if not on:
                     del self.pods_by_node[pod.spec.node_name]
 
-    def on_policy(self, key: str, old: Any, new: dict[str, Any] | None) -> None:
+    def _on_policy(self, key: str, new: dict[str, Any] | None) -> None:
         if new is None:
             self.policies.pop(key, None)
             self._policy_cache.pop(key, None)
@@ -195,9 +231,7 @@ class ClusterCore:
         self.policies_dirty = True
         self.dirty = True
 
-    def on_priority_class(
-        self, key: str, old: PriorityClass | None, new: PriorityClass | None
-    ) -> None:
+    def _on_priority_class(self, key: str, new: PriorityClass | None) -> None:
         if new is None:
             self.classes.pop(key, None)
         else:
@@ -205,7 +239,7 @@ class ClusterCore:
         self.policies_dirty = True
         self.dirty = True
 
-    def on_target(self, gvk: GVK, key: str, old: Any, new: dict[str, Any] | None) -> None:
+    def _on_target(self, gvk: GVK, key: str, new: dict[str, Any] | None) -> None:
         objs = self.targets.setdefault(gvk, {})
         if new is None:
             objs.pop(key, None)
@@ -220,15 +254,6 @@ class ClusterCore:
             self.target_status[gvk] = status
             self.policies_dirty = True
             self.dirty = True
-
-    def on_quota(self, key: str, old: ResourceQuota | None, new: ResourceQuota | None) -> None:
-        self._keep(self.quotas, key, new)
-
-    def on_queue(self, key: str, old: Queue | None, new: Queue | None) -> None:
-        self._keep(self.queues, key, new)
-
-    def on_podgroup(self, key: str, old: PodGroup | None, new: PodGroup | None) -> None:
-        self._keep(self.podgroups, key, new)
 
     def _keep(self, into: dict[str, Any], key: str, new: Any) -> None:
         if new is None:

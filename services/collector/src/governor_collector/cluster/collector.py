@@ -44,7 +44,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from governor import bus
-from governor.cores.cluster import GVK, Change, ClusterCore, Report, Table
+from governor.cores.cluster import GVK, Change, ClusterCore, Report, Resource, Table, Watched
 from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
 from governor.kafka_security import KafkaSecurity
@@ -208,9 +208,13 @@ class ClusterCollector:
                 INPUT_PROBLEMS.inc()
                 log.warning("cluster input problem: %s", r.text)
 
-    def _reflector(self, path: str, typ: type[Any], on_change: Any, name: str) -> Reflector[Any]:
+    def _reflector(
+        self, path: str, typ: type[Any], resource: Resource, name: str, gvk: GVK | None = None
+    ) -> Reflector[Any]:
         def callback(key: str, old: Any, new: Any) -> None:
-            on_change(key, old, new)
+            self.model.on(Watched(resource, key, old, new, gvk))
+            if resource == "policy":  # a policy may name a target kind not watched yet
+                self._ensure_target_watches()
             self._changed()
 
         r: Reflector[Any] = Reflector(
@@ -223,10 +227,6 @@ class ClusterCollector:
         )
         self._tasks.append(asyncio.create_task(r.run(), name=f"watch {name}"))
         return r
-
-    def _on_policy(self, key: str, old: Any, new: Any) -> None:
-        self.model.on_policy(key, old, new)
-        self._ensure_target_watches()
 
     def _ensure_target_watches(self) -> None:
         for gvk in self.model.wanted_targets():
@@ -254,12 +254,8 @@ class ClusterCollector:
                         self._changed()
                     raise
         root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-
-        def on_change(key: str, old: Any, new: Any) -> None:
-            self.model.on_target(gvk, key, old, new)
-
         name = f"{kind}.{api_version}"
-        r = self._reflector(f"{root}/{res.plural}", dict[str, Any], on_change, name)
+        r = self._reflector(f"{root}/{res.plural}", dict[str, Any], "target", name, gvk)
         self._target_reflectors[gvk] = r
         self._resolving.discard(gvk)
         await r.settled.wait()
@@ -349,30 +345,27 @@ class ClusterCollector:
                     await self._api.close()
 
     async def _start_watches(self) -> None:
-        m = self.model
         core = [
-            self._reflector("/api/v1/nodes", Node, m.on_node, "nodes"),
-            self._reflector("/api/v1/pods", Pod, m.on_pod, "pods"),
+            self._reflector("/api/v1/nodes", Node, "node", "nodes"),
+            self._reflector("/api/v1/pods", Pod, "pod", "pods"),
             self._reflector(
                 "/apis/scheduling.k8s.io/v1/priorityclasses",
                 PriorityClass,
-                m.on_priority_class,
+                "priority_class",
                 "priorityclasses",
             ),
             self._reflector(
                 f"/apis/{POLICY_API}/scalingpolicies",
                 dict[str, Any],
-                self._on_policy,
+                "policy",
                 "scalingpolicies",
             ),
-            self._reflector("/api/v1/resourcequotas", ResourceQuota, m.on_quota, "resourcequotas"),
+            self._reflector("/api/v1/resourcequotas", ResourceQuota, "quota", "resourcequotas"),
         ]
         # Volcano's CRDs may be absent (a cluster without Volcano): watched, never waited for.
-        self._reflector(f"/apis/{QUEUE_API}/queues", Queue, m.on_queue, "queues")
-        self._reflector(f"/apis/{QUEUE_API}/podgroups", PodGroup, m.on_podgroup, "podgroups")
-        devices = self._reflector(
-            f"/apis/{DEVICE_API}/devices", DeviceObject, m.on_device, "devices"
-        )
+        self._reflector(f"/apis/{QUEUE_API}/queues", Queue, "queue", "queues")
+        self._reflector(f"/apis/{QUEUE_API}/podgroups", PodGroup, "podgroup", "podgroups")
+        devices = self._reflector(f"/apis/{DEVICE_API}/devices", DeviceObject, "device", "devices")
         timeout = self.settings.startup_timeout_seconds
         try:
             await asyncio.wait_for(
