@@ -220,27 +220,28 @@ def _policy(ns: str, name: str) -> dict[str, Any]:
     }
 
 
+def _web_with_target(m: ClusterCore, gvk: tuple[str, str], target: dict[str, Any]) -> None:
+    """The policy shop/web, its target kind listed, and its target object."""
+    m.on(Watched("policy", "shop/web", None, _policy("shop", "web")))
+    m.set_target_status(gvk, "synced")
+    m.on(Watched("target", "shop/web", None, target, gvk=gvk))
+
+
 def test_the_model_publishes_quotas_and_queues_and_tombstones_them() -> None:
     m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
-    m.on(Watched("policy", "shop/web", None, _policy("shop", "web")))
-    m.set_target_status(gvk, "synced")
     labels = {"app": "web"}
-    m.on(
-        Watched(
-            "target",
-            "shop/web",
-            None,
-            {
-                "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": labels},
-                    "template": {"metadata": {"labels": labels}, "spec": spec(cpu="1")},
-                },
+    _web_with_target(
+        m,
+        gvk,
+        {
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec(cpu="1")},
             },
-            gvk=gvk,
-        )
+        },
     )
     m.on(Watched("pod", "shop/w1", None, pod("w1", cpu="1", meta={"labels": labels})))
     m.on(Watched("pod", "shop/x", None, pod("x", cpu="2")))
@@ -334,19 +335,13 @@ def test_a_priority_class_scope_sees_the_global_default_class() -> None:
 
     m = ClusterCore()
     gvk = ("apps/v1", "Deployment")
-    m.on(Watched("policy", "shop/web", None, _policy("shop", "web")))
-    m.set_target_status(gvk, "synced")
-    m.on(
-        Watched(
-            "target",
-            "shop/web",
-            None,
-            {
-                "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 1, "template": {"spec": spec(cpu="1")}},
-            },
-            gvk=gvk,
-        )
+    _web_with_target(
+        m,
+        gvk,
+        {
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 1, "template": {"spec": spec(cpu="1")}},
+        },
     )
     scoped = {
         "scopeSelector": {
