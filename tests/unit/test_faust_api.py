@@ -66,14 +66,6 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
     assert {"max_", "within"} <= params(stream.noack_take)
     assert inspect.iscoroutinefunction(stream.ack)
     assert list(inspect.signature(stream.ack).parameters) == ["self", "event"]
-    # app.producer.send(topic, key, value, partition, timestamp, headers), positional.
-    send = list(inspect.signature(faust_aiokafka.Producer.send).parameters)
-    assert send[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
-    assert list(inspect.signature(faust_aiokafka.Producer.key_partition).parameters) == [
-        "self",
-        "topic",
-        "key",
-    ]
     # A table write whose changelog fell out of the producer's metadata goes out with
     # send_and_wait(topic, key, value, partition, timestamp, headers) first (Aggregation.store).
     wait = list(inspect.signature(faust_aiokafka.Producer.send_and_wait).parameters)
@@ -109,6 +101,10 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     assert table.changelog_topic.get_topic_name().endswith("-changelog")
     assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
     assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)
+    # The load producer is stopped on this signal; a load record not delivered crashes the app.
+    assert callable(app.on_before_shutdown.connect)
+    assert inspect.iscoroutinefunction(app.crash)
+    assert list(inspect.signature(app.crash).parameters) == ["reason"]
     # The settings took (an unknown keyword would have been ignored silently).
     assert app.conf.broker_commit_every == 100_000
     assert app.conf.producer_linger == 0.02
