@@ -132,7 +132,9 @@ def observe(
     base, ahead = loads[0], max(loads[1:])
     if base < IDLE and base < BURST_COLLAPSE * levels[0]:
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
-    b = growth_bin((ahead + HALF) / (base + HALF))
+    # growth_bin, inlined: this runs once per decision step of every workload.
+    ratio = (ahead + HALF) / (base + HALF)
+    b = 0 if ratio <= 1.0 else min(BINS - 1, 1 + int(math.log(ratio) / _LOG_MAX * (BINS - 1)))
     counts = list(state.counts) if state.counts else [0.0] * BINS
     weight = state.weight
     counts[b] += weight
@@ -142,7 +144,14 @@ def observe(
         counts = [c / weight for c in counts]
         total /= weight
         weight = 1.0
-    up, down = quantiles(counts, up_q, down_q)
+    # quantiles, inlined. Its `total <= 0` check is left out: a weight was just added, and a
+    # zero sum (a weight overflowed) bisects to bin 0, whose edge 1.0 is what the check returns.
+    cumulative = list(accumulate(counts))
+    whole = cumulative[-1]
+    i = bisect.bisect_left(cumulative, up_q * whole)
+    up = MAX_RATIO if i >= BINS else _EDGES[i]
+    i = bisect.bisect_left(cumulative, down_q * whole)
+    down = MAX_RATIO if i >= BINS else _EDGES[i]
     return ForecastState(now, loads, tuple(counts), weight, total, up, down, level, levels)
 
 
