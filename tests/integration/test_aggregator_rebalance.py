@@ -135,6 +135,8 @@ async def test_a_killed_worker_loses_no_window(
     def worker(name: str) -> Service:
         s = _worker(app_id, tmp_path, name, kafka_bootstrap, unique_suffix)
         s.env["GOVERNOR_AGGREGATOR_CHECKPOINT_INTERVAL_MS"] = "1000"
+        # The group moves the killed member's partitions after this long, not faust's 60 s.
+        s.env["GOVERNOR_AGGREGATOR_SESSION_TIMEOUT_SECONDS"] = "10"
         return s
 
     a, b = worker("a").start(), worker("b")

@@ -148,6 +148,10 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     # A partition whose next offset has not come for this long after later ones did is taken to
     # have lost the records in between to retention (see governor.stream_order).
     gap_timeout_seconds: float = 30.0
+    # How long the group waits for a silent member before its partitions move (faust's own
+    # default, 60 s, left a killed worker's workloads unaggregated for a minute; the deciders'
+    # consumers use aiokafka's 10 s). Heartbeats go every 3 s, so a stalled loop has ~6 beats.
+    session_timeout_seconds: float = 20.0
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
@@ -457,6 +461,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         topic_allow_declare=True,
         web_enabled=False,
         producer_acks=-1,
+        broker_session_timeout=s.session_timeout_seconds,
         # Batch produce requests (changelog + windows): one request per message costs more
         # than everything else the worker does.
         producer_linger=0.02,
