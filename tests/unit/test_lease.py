@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from governor.lease import (
@@ -210,6 +210,7 @@ def test_never_two_leaders_at_one_instant(
     kill_at=st.floats(3.0, 60.0),
     latency=st.floats(0.0, 0.5),
 )
+@example(start_b=0.0, kill_at=17.5, latency=0.484375)
 def test_a_holder_that_stops_renewing_is_replaced_within_a_lease_duration(
     start_b: float, kill_at: float, latency: float
 ) -> None:
@@ -220,7 +221,11 @@ def test_a_holder_that_stops_renewing_is_replaced_within_a_lease_duration(
     assert sim.leader_times.get("c0"), "the first candidate never led"
     took_over = [t for t in sim.leader_times.get("c1", []) if t >= kill_at]
     assert took_over, "nobody took over"
-    bound = max(kill_at, start_b + 2.0) + D + 2 * RP + 6 * latency
+    # Each call is one latency out and one back. c1's read snapshot may just miss the last write
+    # (2 latencies to answer), its next one answers up to RP + 4 latencies after that write; from
+    # that observation a duration, up to one more cycle (RP + 2) to notice it expired, and the
+    # write of its own (2): D + 2 RP + 8 latencies. Found by hypothesis with 6 (0.16 s late).
+    bound = max(kill_at, start_b + 2.0) + D + 2 * RP + 8 * latency
     assert took_over[0] <= bound, (took_over[0], bound)
     assert not sim.overlaps
 
