@@ -210,3 +210,83 @@ def carried(end: float, mean: float, i: int, closed: bool) -> WindowView:
         window="panic" if i % 2 == 0 else "stable", start=end - 6, end=end, count=5 + i,
         mean=mean, max=mean, p95=mean, newest_sample=end - 0.5, closed=closed,
     )  # fmt: skip
+
+
+def value_policy() -> ScalingPolicy:
+    # A Value target: desired = ceil(current × value / target), a ratio over the current count,
+    # so a window that stopped moving would shrink it again on every evaluation.
+    text = EXAMPLE.read_text().replace(
+        "target: {type: AverageValue, averageValue: 70}", "target: {type: Value, value: 70}"
+    )
+    text = text.replace("stabilizationWindowSeconds: 300", "stabilizationWindowSeconds: 0")
+    (p,) = policies_from_yaml(text)
+    return p
+
+
+def frozen_core(load: float, replicas: int, now: float) -> DeciderCore:
+    core = DeciderCore()
+    core.on_policy("shop/web", value_policy())
+    core.on_workload(state(replicas, at=now - 1))
+    core.on_window(window(now, load))
+    core.on_window(window(now, load, "panic"))
+    return core
+
+
+def test_a_window_with_no_new_sample_never_lowers_replicas_again() -> None:
+    now = 1000.0
+    core = frozen_core(load=35.0, replicas=20, now=now)  # ratio 0.5: 20 -> 10
+    first = core.decide(WL, now).decision
+    assert first is not None and first.to_replicas == 10
+    core.on_workload(state(10, at=now + 1))
+    # The samples stopped (the same windows): no second halving on the old data.
+    for t in (now + 20, now + 40, now + 80):
+        out = core.decide(WL, t)
+        assert out.decision is None, out.decision
+        assert "frozen" in out.note
+    # A newer sample, the same load: the ratio over 10 pods is data again.
+    core.on_window(window(now + 81, 35.0))
+    core.on_window(window(now + 81, 35.0, "panic"))
+    later = core.decide(WL, now + 81).decision
+    assert later is not None and later.to_replicas == 5
+
+
+def test_a_frozen_window_still_scales_up_and_backfilled_samples_are_not_frozen() -> None:
+    # Samples stamped a minute in the past (a skewed clock, a delayed source; not yet stale)
+    # keep moving in event time: each newer one may lower replicas; a frozen one may raise them.
+    now = 1000.0
+    core = frozen_core(load=35.0, replicas=20, now=now - 60)
+    assert core.decide(WL, now).decision is not None  # to 10, on input stamped now - 60
+    core.on_workload(state(10, at=now + 1))
+    core.on_window(window(now - 40, 35.0))
+    core.on_window(window(now - 40, 35.0, "panic"))
+    d = core.decide(WL, now + 20).decision
+    assert d is not None and d.to_replicas == 5
+    core.on_workload(state(5, at=now + 21))
+    core.on_window(window(now - 40, 140.0, "panic"))  # same newest sample, twice the target
+    up = core.decide(WL, now + 40).decision
+    assert up is not None and up.to_replicas > 5
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    replicas=st.integers(3, 40),
+    ratio=st.floats(0.05, 0.85),
+    gaps=st.lists(st.floats(1.0, 120.0), min_size=1, max_size=8),
+)
+def test_frozen_windows_lower_replicas_at_most_once(
+    replicas: int, ratio: float, gaps: list[float]
+) -> None:
+    now = 1000.0
+    core = frozen_core(load=70.0 * ratio, replicas=replicas, now=now)
+    lowered = []
+    t = now
+    current = replicas
+    for gap in [0.0, *gaps]:
+        t += gap
+        d = core.decide(WL, t).decision
+        if d is not None and d.to_replicas < current:
+            lowered.append(d.to_replicas)
+        if d is not None:
+            current = d.to_replicas
+            core.on_workload(state(current, at=t + 0.5))
+    assert len(lowered) <= 1, lowered

@@ -1,9 +1,8 @@
 """The decider's memory and its two stages, without I/O.
 
 The service feeds it what arrives on Kafka (policies, workload states, load windows, its own
-checkpoints on restart) and a clock tick; it answers with what to publish. Because it is a plain
-value machine, a journal of its inputs replays to the same decisions (the pipeline test does so),
-and the simulator can drive it too.
+checkpoints on restart) and a clock tick; it answers with what to publish. A journal of its
+inputs replays to the same decisions (the pipeline test does so); the simulator drives it too.
 
 Rules it keeps:
 - nothing happens for a workload until its policy AND its WorkloadState are known;
@@ -12,9 +11,9 @@ Rules it keeps:
   because it writes the scale itself; otherwise the observed spec replicas;
 - a decision is published when the bounded desire differs from that current, or when an earlier
   request was not taken up within `pending_grace` (it is sent again, with a new seq);
-- seq is per workload and only grows; a decision never uses older input than the last one did;
-- before a decision, a checkpoint (seq, history, rate-limit events, panic state) is emitted:
-  the service writes it, waits for the acknowledgement, then publishes the decision.
+- seq is per workload and only grows; a decision never uses older input than the last one did,
+  nor lowers replicas again on input no newer (`policy.staleness.frozen_scale_down`);
+- a decision's checkpoint (seq, history, rate-limit events, panic state) is acknowledged first.
 
 Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it.
 Then `decide(workload)` only runs stage 1 and keeps the pool's latest recommendation per
@@ -26,9 +25,9 @@ in-flight/retry rules as stage 1. A pool without nodes in the cluster table keep
 bounds-only path, decided on the event itself. Elastic training jobs are restart-damped on both
 paths (`policy.elastic`). The pool's previous Allocation is kept in memory and checkpointed
 (workload "pool:<name>") before the decisions it allows; the shortfalls published are
-remembered in memory only (after a restart the current ones are published once more).
-The quotas and queues tables (`on_quota`, `on_queue`) constrain every pool's allocation
-(`policy.quotas.constraints`: a quota's workloads in other pools count at their spec replicas).
+remembered in memory only (a restart publishes the current ones once more). The quotas and
+queues tables (`on_quota`, `on_queue`) constrain every pool's allocation (`policy.quotas.
+constraints`: a quota's workloads in other pools count at their spec replicas).
 
 Several deciders (`role`): the service runs a "stage1" core (the workloads of the load
 partitions it owns; it only recommends, for every pool; its checkpoints, keyed by workload, are
@@ -87,6 +86,7 @@ from governor.policy.recommend import (
     recommend,
     signature,
 )
+from governor.policy.staleness import frozen_scale_down
 from governor.policy.types import ScaleInputs, ScaleResult, ScaleState
 from governor.spec import ScalingPolicy, ScalingPolicySpec
 
@@ -466,6 +466,12 @@ class DeciderCore:
             return None
         if s1.result.newest_input < mem.last_newest_input:
             out.note = "input older than the last decision's: not deciding on it"
+            return None
+        newest, desired = s1.result.newest_input, s1.rec.desired
+        if frozen_scale_down(s1.current, to, desired, mem.last_to, newest, mem.last_newest_input):
+            out.note = (
+                "no input newer than the last change's: a frozen window never lowers replicas"
+            )
             return None
         if s1.policy.spec.elastic is not None and to != s1.current:
             mem.elastic = el.resized(mem.elastic, now)

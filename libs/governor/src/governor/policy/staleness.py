@@ -10,6 +10,11 @@ A source outage must freeze scaling, never collapse it: stale data never drives 
   metric gets one second more: its samples carry the PodMetrics timestamp, which the API stamps
   in whole seconds, so a fresh sample can look up to a second old (at a short interval, as in
   the time-compressed demo, that alone made cpu go stale and hold scale-downs).
+* A decision lowers replicas only on input newer than the last change's (`frozen_scale_down`).
+  A window whose samples stopped (a collector or source gone, before they count as stale) still
+  reads as the load the old replica count served; a ratio over the new count (`Value`,
+  `Utilization`) would shrink again on every evaluation. Event time against event time, never
+  the wall clock: backfilled or clock-skewed samples are no reason to freeze.
 * The fallback fires (KEDA's `NumberOfFailures > failureThreshold`) once the consecutive failing
   evaluations exceed `failureThreshold`, or once the data has been failing for longer than
   `staleAfterSeconds`. KEDA counts polls; governor counts evaluations (messages and ticks).
@@ -53,3 +58,15 @@ def fallback_replicas(fb: FallbackSpec, current: int) -> int:
     if fb.behavior == "currentReplicasIfLower":
         return min(current, fb.replicas)
     return fb.replicas
+
+
+def frozen_scale_down(
+    current: int, to: int, desired: int, last_to: int | None, newest: float, last_change: float
+) -> bool:
+    """Whether lowering `current` to `to` would act again on the inputs of the last change.
+
+    Only what the metrics asked for is held (`to` at or above the recommendation): a cut below
+    it (a clamp, a smaller grant in the pool) is the policy's or the pool's, not the data's. A
+    re-send of the last decision (`to == last_to`) and a decision with no input at all (bounds,
+    schedules) are not held."""
+    return desired <= to < current and to != last_to and 0.0 < newest <= last_change
