@@ -46,9 +46,12 @@ from tests.chaos.harness import (  # noqa: E402
     script,
 )
 
-# Toxiproxy's API and the proxies: GOVERNOR_TOXIPROXY_PORT (default 8474) and the three after it.
+# Toxiproxy's API and the proxies: GOVERNOR_TOXIPROXY_PORT (default 8474) and the three after it,
+# unless the broker's proxied listener and its proxy are given (kafka.sh's own variables).
 TOXIPROXY_PORT = int(os.environ.get("GOVERNOR_TOXIPROXY_PORT", "8474"))
-PROXIED_PORT, PROXY_PORT, APISERVER_PROXY_PORT = (TOXIPROXY_PORT + k for k in (1, 2, 3))
+PROXIED_PORT = int(os.environ.get("GOVERNOR_KAFKA_PROXIED_PORT", TOXIPROXY_PORT + 1))
+PROXY_PORT = int(os.environ.get("GOVERNOR_KAFKA_PROXY_PORT", TOXIPROXY_PORT + 2))
+APISERVER_PROXY_PORT = TOXIPROXY_PORT + 3
 
 
 def _infra() -> tuple[str, Path, str]:
