@@ -63,8 +63,9 @@ async def test_governor_holds_through_kills_a_broker_restart_and_a_partition(
     print(lines)
     for v in verdicts:
         assert (v.lost, v.duplicates, v.regressions) == (0, 0, 0), lines
-        # Not asserted while a known decider bug stands (#21, in the stop note): a frozen window
-        # re-applied to a newer replica count can scale down during a fault, in some runs.
+        # Not asserted yet (#21, in the stop note): the frozen-window re-application is fixed,
+        # but after a decider-broker partition a scale-down-window that ages out on the last
+        # (20 s old, not yet stale) windows can still lower a count, in some runs.
         # bench/chaos.py prints scale_down_on_missing and counts it against ok.
         assert v.unaudited == 0, lines
         assert v.converged and v.converge_s <= CONVERGE_TARGET_S, f"{lines}\n{logs}"
