@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,33 @@ def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, suffix: str) -> S
     return governor_service("aggregator", bootstrap, settings, tmp / f"{name}.log")
 
 
+async def _play(
+    bootstrap: str,
+    metrics: Any,
+    workloads: list[str],
+    t0: float,
+    value: Callable[[int, int], float],
+    at: dict[int, Callable[[], object]],
+) -> dict[str, list[tuple[float, float]]]:
+    """300 s of one sample a second per workload (`value(second, index)`), stamped from `t0`;
+    `at[second]` runs once that second's samples are on the broker. What was sent, per workload."""
+    sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    async with Producer(bootstrap) as producer:
+        for second in range(300):
+            for i, wl in enumerate(workloads):
+                ts, v = t0 + second + 0.5, value(second, i)
+                await producer.publish(
+                    metrics, events.MetricSample(workload=wl, metric="m", value=v, timestamp=ts)
+                )
+                sent[wl].append((ts, v))
+            if second in at:
+                await producer.flush()
+                at[second]()
+            await asyncio.sleep(0.03)
+        await producer.flush()
+    return sent
+
+
 async def test_windows_survive_a_rebalance(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
@@ -45,26 +73,13 @@ async def test_windows_survive_a_rebalance(
     workloads = [f"rb-{unique_suffix}/Deployment/w{i}" for i in range(12)]
     a = _worker(app_id, tmp_path, "a", kafka_bootstrap, unique_suffix).start()
     b = _worker(app_id, tmp_path, "b", kafka_bootstrap, unique_suffix)
-    sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
     t0 = time.time() - 400
     try:
-        async with Producer(kafka_bootstrap) as producer:
-            for second in range(300):
-                for i, wl in enumerate(workloads):
-                    ts, value = t0 + second + 0.5, float((second * (i + 1)) % 97)
-                    await producer.publish(
-                        metrics,
-                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts),
-                    )
-                    sent[wl].append((ts, value))
-                if second == 100:
-                    await producer.flush()
-                    b.start()  # joins: partitions are split between a and b
-                if second == 200:
-                    await producer.flush()
-                    a.stop()  # leaves: b takes every partition, recovering a's tables
-                await asyncio.sleep(0.03)
-            await producer.flush()
+        sent = await _play(kafka_bootstrap, metrics, workloads, t0,
+                           lambda second, i: float((second * (i + 1)) % 97), {
+            100: lambda: b.start(),  # joins: partitions are split between a and b
+            200: lambda: a.stop(),  # leaves: b takes every partition, recovering a's tables
+        })  # fmt: skip
         await asyncio.sleep(10)
         assert "Assigned" in b.log_path.read_text() or "assigned" in b.log_path.read_text()
     finally:
@@ -140,25 +155,16 @@ async def test_a_killed_worker_loses_no_window(
         return s
 
     a, b = worker("a").start(), worker("b")
-    sent: dict[str, list[tuple[float, float]]] = defaultdict(list)
     t0 = time.time() - 400
+
+    def kill_a_start_b() -> None:
+        a.kill9()
+        b.start(ready_timeout=150)  # the group waits for a's session to time out first
+
     try:
-        async with Producer(kafka_bootstrap) as producer:
-            for second in range(300):
-                for i, wl in enumerate(workloads):
-                    ts, value = t0 + second + 0.5, float((second * (i + 3)) % 89)
-                    await producer.publish(
-                        metrics,
-                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts),
-                    )
-                    sent[wl].append((ts, value))
-                if second == 150:
-                    await producer.flush()
-                    a.kill9()
-                    # The group waits for the killed member's session to time out first.
-                    b.start(ready_timeout=150)
-                await asyncio.sleep(0.03)
-            await producer.flush()
+        sent = await _play(kafka_bootstrap, metrics, workloads, t0,
+                           lambda second, i: float((second * (i + 3)) % 89),
+                           {150: kill_a_start_b})  # fmt: skip
         spec = hopping(60.0, 10.0, 2.0)
         want: dict[str, dict[float, Any]] = {}
         for wl in workloads:

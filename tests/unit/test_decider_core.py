@@ -35,9 +35,11 @@ def state(spec: int, ready: int | None = None, at: float = 0.0) -> WorkloadState
     )  # fmt: skip
 
 
-def core_with(load: float, replicas: int, now: float) -> DeciderCore:
+def core_with(
+    load: float, replicas: int, now: float, pol: ScalingPolicy | None = None
+) -> DeciderCore:
     core = DeciderCore()
-    core.on_policy("shop/web", policy())
+    core.on_policy("shop/web", pol or policy())
     core.on_workload(state(replicas, at=now - 1))
     core.on_window(window(now, load))
     core.on_window(window(now, load, "panic"))
@@ -224,12 +226,7 @@ def value_policy() -> ScalingPolicy:
 
 
 def frozen_core(load: float, replicas: int, now: float) -> DeciderCore:
-    core = DeciderCore()
-    core.on_policy("shop/web", value_policy())
-    core.on_workload(state(replicas, at=now - 1))
-    core.on_window(window(now, load))
-    core.on_window(window(now, load, "panic"))
-    return core
+    return core_with(load, replicas, now, value_policy())
 
 
 def test_a_window_with_no_new_sample_never_lowers_replicas_again() -> None:

@@ -462,8 +462,8 @@ def build_app(s: AggregatorSettings) -> faust.App:
         web_enabled=False,
         producer_acks=-1,
         broker_session_timeout=s.session_timeout_seconds,
-        # Batch produce requests (changelog + windows): one request per message costs more
-        # than everything else the worker does.
+        # Batch produce requests (the changelog; the windows have their own producer): one
+        # request per message costs more than everything else the worker does.
         producer_linger=0.02,
         producer_max_batch_size=256 * 1024,
         consumer_auto_offset_reset=s.auto_offset_reset,
