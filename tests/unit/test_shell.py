@@ -1,16 +1,18 @@
 """governor.shell.run_core: checkpoints acknowledged before records, the input committed after
-both; lanes keep each key in order and commit when idle."""
+both; lanes keep each key in order and commit when idle; merged sources wait only on the last
+and commit only what handed out records; an awaited tick."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores import Outputs
-from governor.shell import run_core
+from governor.shell import Published, merged, run_core
 
 Log = list[tuple[str, object]]
 
@@ -103,3 +105,61 @@ def test_lanes_keep_each_key_in_order_and_commit_when_idle() -> None:
     assert [o for o in outs if int(o[1:]) % 2 == 0] == ["r0", "r2", "r4"]
     assert [o for o in outs if int(o[1:]) % 2 == 1] == ["r1", "r3", "r5"]
     assert log[-1] == ("commit", 6)
+
+
+class Timed(ListSource):
+    """A ListSource that logs each poll's timeout under its name."""
+
+    def __init__(self, name: str, batches: list[list[int]], log: Log) -> None:
+        super().__init__(batches, log)
+        self.name = name
+
+    async def poll(self, timeout_ms: int) -> Sequence[int]:
+        self.log.append((f"poll {self.name}", timeout_ms))
+        return await super().poll(timeout_ms)
+
+    async def commit(self) -> None:
+        self.log.append((f"commit {self.name}", self.handed))
+
+
+def test_merged_waits_only_on_the_last_and_commits_what_it_handed_out() -> None:
+    log: Log = []
+    tables, group = Timed("tables", [[], [7]], log), Timed("group", [[1, 2], [], [3]], log)
+    source = merged(tables, group)
+
+    async def go() -> list[Sequence[int]]:
+        got = []
+        for _ in range(3):
+            got.append(await source.poll(100))
+            await source.commit()
+        return got
+
+    assert asyncio.run(go()) == [[1, 2], [7], [3]]
+    assert log == [
+        ("poll tables", 0),
+        ("poll group", 100),  # the first held nothing: wait on the last
+        ("commit group", 2),
+        ("poll tables", 0),
+        ("poll group", 0),  # the first held a record: nothing to wait for
+        ("commit tables", 1),  # only the source that handed out records
+        ("poll tables", 0),
+        ("poll group", 100),
+        ("commit group", 3),
+    ]
+
+
+def test_an_awaited_tick_goes_through_the_sinks_after_the_records() -> None:
+    class AsyncTick(Doubler):
+        async def tick(self, now: float) -> Outputs[str]:  # type: ignore[override]
+            await asyncio.sleep(0)
+            return Outputs(records=["tick"])
+
+    log = run(AsyncTick(), [[0], [1]], tick_s=0.0)
+    check_order(log)
+    assert [w for k, w in log if k == "out"] == ["r0", "tick", "r1", "tick"]
+
+
+def test_published_takes_nothing() -> None:
+    asyncio.run(Published().put([]))
+    with pytest.raises(ValueError, match="1 left over"):
+        asyncio.run(Published().put(["left over"]))

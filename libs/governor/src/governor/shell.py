@@ -14,6 +14,10 @@ input is committed only after both, so a crash anywhere redelivers rather than l
 never gives up: `KafkaSink` retries a send with capped backoff (a log line and
 `governor_bus_emit_retries` per retry) until the broker acknowledges it, and the commit waits.
 
+`merged(a, b, ...)` makes several inputs one (the decider: its global tables beside its group's
+fetches), and a core's `on`/`tick` may be coroutines where the step awaits what it must (a
+partition hook holding the same state, the actuator's reads).
+
 `lanes` runs the records of different keys concurrently (one sequential lane per key, at most
 `max_in_flight` queued), committing whenever the lanes are idle and at least every
 `commit_every_s` (reading pauses until they drain): the actuator's shape.
@@ -53,7 +57,18 @@ EMIT_RETRIES = Counter(
 # what a send raises while the broker is away or slow (a bug, e.g. a bad record, is not retried)
 SEND_ERRORS = (KafkaError, OSError, TimeoutError)
 
-__all__ = ["EMIT_RETRIES", "KafkaSink", "Lanes", "Sink", "Source", "deliver", "run_core"]
+__all__ = [
+    "EMIT_RETRIES",
+    "KafkaSink",
+    "Lanes",
+    "Merged",
+    "Published",
+    "Sink",
+    "Source",
+    "deliver",
+    "merged",
+    "run_core",
+]
 
 
 class Source(Protocol[In_co]):
@@ -64,10 +79,51 @@ class Source(Protocol[In_co]):
     async def commit(self) -> None: ...
 
 
+class Merged(Generic[In]):
+    """Several sources as one. `poll` takes what the first ones hold without waiting, and waits
+    up to `timeout_ms` only on the last (the busiest: the one worth waiting on) and only when
+    the others held nothing; `commit` commits each source that handed out records since."""
+
+    def __init__(self, *sources: Source[In]) -> None:
+        if not sources:
+            raise ValueError("merged() needs at least one source")
+        self.sources = sources
+        self._handed: set[int] = set()
+
+    async def poll(self, timeout_ms: int) -> Sequence[In]:
+        out: list[In] = []
+        last = len(self.sources) - 1
+        for i, source in enumerate(self.sources):
+            got = await source.poll(0 if out or i < last else timeout_ms)
+            if got:
+                self._handed.add(i)
+                out += got
+        return out
+
+    async def commit(self) -> None:
+        handed, self._handed = self._handed, set()
+        for i in sorted(handed):
+            await self.sources[i].commit()
+
+
+def merged(*sources: Source[In]) -> Merged[In]:
+    """`sources` as one `Source` (see `Merged`)."""
+    return Merged(*sources)
+
+
 class Sink(Protocol[Out_contra]):
     """Where a core's outputs go: `put` returns once every item is acknowledged."""
 
     async def put(self, items: Sequence[Out_contra]) -> None: ...
+
+
+class Published:
+    """The sink of a core that publishes as it goes (the decider's: each cycle's checkpoints
+    acknowledged before its records, pool by pool): it must be handed nothing."""
+
+    async def put(self, items: Sequence[object]) -> None:
+        if items:
+            raise ValueError(f"this core publishes its own records; {len(items)} left over")
 
 
 class KafkaSink(Generic[Out]):
@@ -115,6 +171,11 @@ async def deliver(
 
 async def _answer(core: Core[In, Out], record: In) -> Outputs[Out]:
     out = core.on(record)
+    return await out if inspect.isawaitable(out) else out
+
+
+async def _tick(core: Core[In, Out], now: float) -> Outputs[Out]:
+    out = core.tick(now)
     return await out if inspect.isawaitable(out) else out
 
 
@@ -186,8 +247,8 @@ async def run_core(
         for record in records:
             out += await _answer(core, record)
         if tick_s is not None and time.monotonic() - last_tick >= tick_s:
-            last_tick = time.monotonic()
-            out += core.tick(time.time())
+            out += await _tick(core, time.time())
+            last_tick = time.monotonic()  # tick_s from the end of one tick to the next
         await deliver(out, outputs, checkpoints)
         if records:
             await inputs.commit()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Iterable, Sequence
@@ -290,18 +291,19 @@ def ingest_run(
         if hi > lo:
             routed[start] = times[lo:hi]
     by_start = {acc.start: acc for acc in series.open}
+    known = len(by_start)
     for start, stamps in routed.items():
         old = by_start.get(start) or WindowAcc(start=start, end=start + size)
-        by_start[start] = _fold(old, stamps, [value] * len(stamps), spec)
+        by_start[start] = _fold_run(old, stamps, value, spec)
     newest = times[-1] if series.newest is None else max(series.newest, times[-1])
     candidate = newest - spec.allowed_lateness
     watermark = candidate if wm0 is None else max(wm0, candidate)
-    merged = msgspec.structs.replace(
-        series,
-        open=sorted(by_start.values(), key=lambda a: a.start),
-        newest=newest,
-        late=series.late + late,
-    )
+    # Open windows are kept oldest first: unless the run opened one, their order stands.
+    if len(by_start) == known:
+        still = [by_start[acc.start] for acc in series.open]
+    else:
+        still = sorted(by_start.values(), key=_START)
+    merged = msgspec.structs.replace(series, open=still, newest=newest, late=series.late + late)
     advanced, closed, _ = advance(merged, watermark)
     return advanced, closed, late
 
@@ -327,6 +329,25 @@ def _fold(acc: WindowAcc, times: list[float], values: list[float], spec: WindowS
         max=top if acc.count == 0 else max(acc.max, top),
         newest=last if acc.count == 0 else max(acc.newest, last),
         values=sorted(acc.values + values),
+    )
+
+
+def _fold_run(acc: WindowAcc, times: list[float], value: float, spec: WindowSpec) -> WindowAcc:
+    """`_fold` of len(times) samples of one value: the sorted values take the run in one slice
+    after their equals (where a stable sort puts it) instead of being sorted again."""
+    n = len(times)
+    if n == 1 or acc.stride != 1 or len(acc.values) + n > spec.max_samples:
+        return _fold(acc, times, [value] * n, spec)
+    kept = acc.values
+    at = bisect.bisect_right(kept, value)
+    last = max(times)
+    return msgspec.structs.replace(
+        acc,
+        count=acc.count + n,
+        sum=functools.reduce(operator.add, itertools.repeat(value, n), acc.sum),
+        max=value if acc.count == 0 else max(acc.max, value),
+        newest=last if acc.count == 0 else max(acc.newest, last),
+        values=[*kept[:at], *itertools.repeat(value, n), *kept[at:]],
     )
 
 

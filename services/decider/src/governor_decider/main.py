@@ -37,13 +37,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from governor import events
-from governor.bus import Consumer, Message, Producer, consumer_lag, read_table
+from governor import cores, events
+from governor.bus import Consumer, Fetch, Message, Producer, consumer_lag, read_table
 from governor.cores.decider import POOL_PREFIX, DeciderCore, Outputs
 from governor.cores.decider_memory import restoring_stages
 from governor.entry import service_settings
 from governor.ownership import Ownership
 from governor.settings import KafkaSettings
+from governor.shell import Published, merged, run_core
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
 from governor.windows import views
@@ -169,11 +170,9 @@ class Decider:
         # One journal per stage (replay each through a core of that role).
         self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
         self._flushed_at = time.monotonic()
-        self.tables_loaded = False
-        # Labelled children of the per-workload gauges (labels() per evaluation was a tenth of
-        # the decider's time at 1,000 workloads), by (metric name, labels); the workload first.
-        # (metric, *labels) -> child: every per-workload series goes through _child, so that
-        # _forget knows the label sets to remove without reading the metric's internals.
+        self.tables_loaded = False  # restore() is done before run_core ticks
+        # (metric, workload, *labels) -> the labelled child (labels() per evaluation was a tenth
+        # of the decider's time at 1,000 workloads); _forget removes exactly these label sets.
         self._children: dict[tuple[Any, ...], Any] = {}
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
@@ -199,10 +198,7 @@ class Decider:
         for key, queue in (await table(events.QUEUES)).items():
             self._queue(key, queue)
         self.tables_loaded = True
-        log.info(
-            "restored",
-            extra={"policies": len(self.stage1.policies)},
-        )
+        log.info("restored", extra={"policies": len(self.stage1.policies)})
 
     def _policy(self, key: str, rec: events.PolicyRecord | None) -> None:
         if rec is not None and rec.origin != self.s.policy_source:
@@ -331,15 +327,22 @@ class Decider:
         for pool in pools:
             await self._decide_pool(pool, now, trigger)
 
-    async def ticker(self) -> None:
-        while not self._stop.is_set():
-            await asyncio.sleep(self.s.tick_seconds)
-            if not self.tables_loaded:
-                continue
-            async with self._lock:
-                await self._tick(time.time())
-            consumer_lag(self.load)
-            consumer_lag(self.tables)
+    # --- run_core's core: it publishes as it goes (each cycle's checkpoints, then records) ---
+
+    async def on(self, fetch: Fetch) -> cores.Outputs[Any]:
+        """A fetch of the tables (each message in turn) or of the group (one batch)."""
+        if fetch.consumer is self.tables:
+            await fetch.handle_each(self.on_table)
+        else:
+            await fetch.handle(self.on_load)
+        return cores.Outputs()
+
+    async def tick(self, now: float) -> cores.Outputs[Any]:
+        async with self._lock:
+            await self._tick(now)
+        consumer_lag(self.load)
+        consumer_lag(self.tables)
+        return cores.Outputs()
 
     async def _tick(self, now: float) -> None:
         """The cores' `tick` (the scenario runner's too): stage 1's evaluations published
@@ -558,22 +561,21 @@ class Decider:
         await self.load.start()
         health = HealthServer(self.s.http_host, self.s.http_port, lambda: self.ready)
         await health.start()
-        tasks = [
-            asyncio.create_task(self.tables.run(self.on_table)),
-            asyncio.create_task(self.load.run_fetches(self.on_load)),
-            asyncio.create_task(self.ticker()),
-        ]
         log.info("decider running", extra={"http_port": health.port})
-        await self._stop.wait()
+        # The tables' fetches and the group's in turn, a tick every tick_seconds.
+        await run_core(
+            self,
+            merged(self.tables.fetches(), self.load.fetches()),
+            Published(),
+            self.s.tick_seconds,
+            until=self._stop.is_set,
+        )
         async with self._lock:
             await self._flush()
         # The consumer's last commit flushes again (what it handled meanwhile) and goes through.
         self._flushed_at = -math.inf
         await self.load.stop()
         await self.tables.stop()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         await self.producer.stop()
         await health.stop()
         for j in self.journals:

@@ -12,6 +12,7 @@ Consuming (at-least-once: offsets are committed only after the handler returned)
     consumer = Consumer(bootstrap, [DECISIONS], group_id="actuator")
     await consumer.start()
     await consumer.run(handle)            # or run_batches(handle_many), or poll() + commit()
+    await run_core(core, consumer.fetches(), ...)   # governor.shell: one record per fetch
     await consumer.stop()                 # commits what was processed, flushes the DLQ producer
 
 Wire format. Every topic of `governor.events.TOPICS` carries one msgspec type encoded as JSON
@@ -93,6 +94,8 @@ from governor.bus.consumer import (
     DEAD_LETTERS,
     BatchHandler,
     Consumer,
+    Fetch,
+    Fetches,
     Handler,
     PartitionsHook,
 )
@@ -121,6 +124,8 @@ __all__ = [
     "DeadLetter",
     "Decoder",
     "DlqReason",
+    "Fetch",
+    "Fetches",
     "Handler",
     "Liveness",
     "Message",

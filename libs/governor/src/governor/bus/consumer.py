@@ -1,11 +1,13 @@
-"""The typed consumer: manual commits after processing, a dead-letter queue, three loops
-(`run`, `run_batches`, `run_fetches`) and `poll` (see the package's docstring)."""
+"""The typed consumer: manual commits after processing, a dead-letter queue, two loops (`run`,
+`run_batches`), `poll` and `fetches()`, a `governor.shell` source of whole fetches (see the
+package's docstring)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -347,7 +349,7 @@ class Consumer:
                 try:
                     await handler(msg)
                 except Exception as e:
-                    await self._handler_failed(msg, records, e)
+                    await self.handler_failed(msg, records, e)
                 processed[tp] = msg.offset + 1
             processed[tp] = records[-1].offset + 1  # dead letters after the last good one
 
@@ -370,56 +372,34 @@ class Consumer:
                     try:
                         await handler([msg])
                     except Exception as e:
-                        await self._handler_failed(msg, records, e)
+                        await self.handler_failed(msg, records, e)
                     self._processed[tp] = msg.offset + 1
             self._processed[tp] = records[-1].offset + 1
 
         await self._loop(per_partition, poll_timeout_ms)
 
-    async def run_fetches(self, handler: BatchHandler, *, poll_timeout_ms: int = 500) -> None:
-        """Like `run_batches`, but one call per fetch with the messages of every partition it
-        returned (each partition's in offset order, one partition after another), so a handler
-        whose cost is per call (acknowledgements it waits for) pays it once per fetch, not once
-        per partition. If the handler raises, every message of the fetch is retried one at a
-        time (run_batches' rule)."""
-        if self._running is not None:
-            raise RuntimeError("run() is already running on this consumer")
-        self._running = asyncio.Event()
-        try:
-            c = self._c()
-            processed = self._processed
-            while not self._stopping:
-                parts: list[tuple[TopicPartition, list[Message[Any]], list[Any]]] = []
-                for tp, records in await self._fetch(poll_timeout_ms):
-                    if self._stopping:
-                        break
-                    if self.group_id is not None and tp not in c.assignment():
-                        continue  # revoked meanwhile: the new owner redoes it
-                    if records:
-                        parts.append((tp, await self._decode_partition(tp, records), records))
-                msgs = [m for _, good, _ in parts for m in good]
-                if msgs:
-                    try:
-                        await handler(msgs)
-                    except Exception:
-                        for tp, good, records in parts:
-                            for msg in good:
-                                try:
-                                    await handler([msg])
-                                except Exception as e:
-                                    await self._handler_failed(msg, records, e)
-                                processed[tp] = msg.offset + 1
-                for tp, good, records in parts:
-                    processed[tp] = records[-1].offset + 1  # dead letters included
-                    if good:
-                        CONSUMED.labels(tp.topic).inc(len(good))
-                await self._commit(c)
-            await self._commit(c)
-        finally:
-            self._running.set()
-            self._running = None
+    def fetches(self) -> Fetches:
+        """This consumer as a `governor.shell.Source` of whole fetches (see `Fetch`)."""
+        return Fetches(self)
 
-    async def _handler_failed(self, msg: Message[Any], records: list[Any], e: Exception) -> None:
+    async def fetch(self, timeout_ms: int) -> Fetch | None:
+        """The next fetch, decoded (bad records already dead-lettered), or None when it held
+        nothing. Nothing counts as processed until `Fetch.handle`/`handle_each` got through it,
+        so a fetch in hand is never committed ahead of its handler."""
+        c = self._c()
+        parts: list[tuple[TopicPartition, list[Message[Any]], list[Any]]] = []
+        for tp, records in await self._fetch(timeout_ms):
+            if self._stopping:
+                break
+            if self.group_id is not None and tp not in c.assignment():
+                continue  # revoked meanwhile: the new owner redoes it
+            if records:
+                parts.append((tp, await self._decode_partition(tp, records), records))
+        return Fetch(self, parts) if parts else None
+
+    async def handler_failed(self, msg: Message[Any], records: list[Any], e: Exception) -> None:
+        """`msg` (one of the fetched `records`) made its handler raise: dead-letter it (reason
+        `handler`), or re-raise with `handler_errors="raise"`."""
         if self._handler_errors == "raise":
             raise e
         rec = next(r for r in records if r.offset == msg.offset)
@@ -453,3 +433,70 @@ class Consumer:
         finally:
             self._running.set()
             self._running = None
+
+
+@dataclass
+class Fetch:
+    """One fetch of a consumer: each partition's decoded messages beside its raw records. Its
+    handler marks it processed (the next commit covers it) once it got through it."""
+
+    consumer: Consumer
+    parts: list[tuple[TopicPartition, list[Message[Any]], list[Any]]]
+
+    @property
+    def messages(self) -> list[Message[Any]]:
+        """Every partition's messages, each partition's in offset order, one after another."""
+        return [m for _, good, _ in self.parts for m in good]
+
+    async def handle(self, handler: BatchHandler) -> None:
+        """One call with every message, so a handler whose cost is per call (acknowledgements it
+        waits for) pays it once per fetch. If it raises, each message is retried alone and only
+        the failing ones are dead-lettered (`Consumer.run_batches`' rule)."""
+        c, processed = self.consumer, self.consumer._processed
+        msgs = self.messages
+        if msgs:
+            try:
+                await handler(msgs)
+            except Exception:
+                for tp, good, records in self.parts:
+                    for msg in good:
+                        try:
+                            await handler([msg])
+                        except Exception as e:
+                            await c.handler_failed(msg, records, e)
+                        processed[tp] = msg.offset + 1
+        self._done()
+
+    async def handle_each(self, handler: Handler) -> None:
+        """One call per message (`Consumer.run`'s rule: a raising one is dead-lettered)."""
+        c, processed = self.consumer, self.consumer._processed
+        for tp, good, records in self.parts:
+            for msg in good:
+                try:
+                    await handler(msg)
+                except Exception as e:
+                    await c.handler_failed(msg, records, e)
+                processed[tp] = msg.offset + 1
+        self._done()
+
+    def _done(self) -> None:
+        processed = self.consumer._processed
+        for tp, good, records in self.parts:
+            processed[tp] = records[-1].offset + 1  # dead letters after the last good one
+            if good:
+                CONSUMED.labels(tp.topic).inc(len(good))
+
+
+class Fetches:
+    """A consumer as a `governor.shell.Source`: `poll` hands out the next fetch as one record
+    (or none), `commit` commits what the handled fetches covered."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+
+    async def poll(self, timeout_ms: int) -> list[Fetch]:
+        fetch = await self.consumer.fetch(timeout_ms)
+        return [fetch] if fetch is not None else []
+
+    async def commit(self) -> None:
+        await self.consumer.commit()

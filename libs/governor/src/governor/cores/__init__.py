@@ -33,9 +33,10 @@ class Outputs(Generic[Out]):
 
 
 class Core(Protocol[In_contra, Out]):
-    """A service's decisions. `on` may be a coroutine where the answer needs reads the shell
-    makes between pure steps (the actuator: `cores.actuator.decide` asks, the shell reads)."""
+    """A service's decisions. `on` (and `tick`) may be a coroutine where the answer needs reads
+    the shell makes between pure steps (the actuator: `cores.actuator.decide` asks, the shell
+    reads), or where the service's shell adapts a core that publishes as it goes (the decider)."""
 
     def on(self, record: In_contra) -> Outputs[Out] | Awaitable[Outputs[Out]]: ...
 
-    def tick(self, now: float) -> Outputs[Out]: ...
+    def tick(self, now: float) -> Outputs[Out] | Awaitable[Outputs[Out]]: ...
