@@ -433,8 +433,10 @@ def advance(
 def estimate(series: SeriesWindows, now: float) -> WindowAcc | None:
     """The open window's running value at `now`: of the windows containing `now`, the one that has
     been open longest (it covers the most of the recent past). None if it has no samples yet."""
-    candidates = [a for a in series.open if a.start <= now < a.end and a.count > 0]
-    return candidates[0] if candidates else None
+    for a in series.open:  # oldest first: the first one is the answer
+        if a.start <= now < a.end and a.count > 0:
+            return a
+    return None
 
 
 def to_load_window(
