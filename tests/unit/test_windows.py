@@ -301,3 +301,37 @@ def test_ingest_run_equals_ingest_many(
     run = [(first + i * spacing, value) for i in range(n)]
     expected = w.ingest_many(series, run)
     assert w.ingest_run(series, float(first), n, value, spacing) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size_hop=_sizes,
+    lateness=st.sampled_from([0.0, 2.0, 30.0]),
+    max_samples=st.sampled_from([2, 5, 3600]),
+    before=_samples,
+    after=_samples,
+    cut=st.integers(min_value=0, max_value=80),
+)
+def test_ingest_into_equals_ingest_many(
+    size_hop: tuple[float, float],
+    lateness: float,
+    max_samples: int,
+    before: list[tuple[float, float]],
+    after: list[tuple[float, float]],
+    cut: int,
+) -> None:
+    """The aggregator's in-place fold: from any state (out-of-order, late and thinned ones
+    included), in any split into batches, the series it leaves and what it returns are
+    `ingest_many`'s, and the windows it hands over are no longer in the series."""
+    spec = w.WindowSpec(
+        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
+    )
+    start, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), before)
+    series, c1, l1 = w.ingest_many(start, after[:cut])
+    series, c2, l2 = w.ingest_many(series, after[cut:])
+    owned = msgspec.msgpack.decode(msgspec.msgpack.encode(start), type=w.SeriesWindows)
+    d1, m1 = w.ingest_into(owned, after[:cut])
+    d2, m2 = w.ingest_into(owned, iter(after[cut:]))
+    assert owned == series
+    assert (d1, m1, d2, m2) == (c1, l1, c2, l2)
+    assert not {id(a) for a in d1 + d2} & {id(a) for a in owned.open}

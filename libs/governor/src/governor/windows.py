@@ -33,7 +33,9 @@ samples at a fixed spacing: a held gauge, folded in per window rather than per s
 `now`), `to_load_window` (the wire type) and `statistic` (the number a policy scales on).
 
 Everything here is a value: functions return new `WindowAcc`/`SeriesWindows` and never mutate their
-arguments, so a faust table can store them as they are (msgspec-encodable, array_like).
+arguments, so a faust table can store them as they are (msgspec-encodable, array_like). The one
+exception is `ingest_into`, `ingest_many` in place for the owner of a series (the aggregator's
+core, whose state is decoded from its table and never shared).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import functools
 import itertools
 import math
 import operator
+from bisect import insort
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -251,6 +254,81 @@ def ingest_many(
     return advanced, closed, late
 
 
+def ingest_into(
+    series: SeriesWindows, samples: Iterable[tuple[float, float]]
+) -> tuple[list[WindowAcc], int]:
+    """`ingest_many` in place, for a caller that owns `series` and its windows (the aggregator's
+    decoded state, which nobody else holds): the same series afterwards, the same closed windows
+    and late count, without a copy of every window's sorted values per sample. At a sample a
+    second the copies (nine windows of up to 60 values) were two thirds of the aggregator's time.
+    The closed windows are handed over (no longer in `series`)."""
+    if not isinstance(samples, (list, tuple)) or len(samples) != 1:
+        return _ingest_routed_into(series, samples)
+    spec = series.spec
+    size, hop, cap = spec.size, spec.hop, spec.max_samples
+    open_ = series.open
+    by_start = {acc.start: acc for acc in open_}
+    known = len(by_start)
+    watermark, newest, late = series.watermark, series.newest, 0
+    for ts, value in samples:
+        was_late = 0
+        k = math.floor(ts / hop)
+        start = k * hop
+        while start + size > ts:
+            if watermark is not None and start + size <= watermark:
+                was_late = 1
+            else:
+                acc = by_start.get(start)
+                if acc is None:
+                    acc = by_start[start] = WindowAcc(start=start, end=start + size)
+                # `_add_in_place`, inline: a call per window and sample was a fifth of the fold.
+                if acc.count == 0:
+                    acc.max, acc.newest = value, ts
+                else:
+                    if value > acc.max:
+                        acc.max = value
+                    if ts > acc.newest:
+                        acc.newest = ts
+                acc.count += 1
+                acc.sum += value
+                if acc.stride == 1 or not (acc.count - 1) % acc.stride:
+                    insort(acc.values, value)
+                    if len(acc.values) > cap:
+                        acc.values = acc.values[1::2]
+                        acc.stride *= 2
+            k -= 1
+            start = k * hop
+        late += was_late
+        if newest is None or ts > newest:
+            newest = ts
+        candidate = newest - spec.allowed_lateness
+        if watermark is None or candidate > watermark:
+            watermark = candidate
+    if len(by_start) != known:  # windows that opened with these samples
+        open_ = sorted(by_start.values(), key=_START)
+    closed: list[WindowAcc] = []
+    if watermark is not None and open_ and open_[0].end <= watermark:
+        closed = [a for a in open_ if a.end <= watermark]
+        open_ = [a for a in open_ if a.end > watermark]
+    series.open = open_
+    series.watermark = watermark
+    series.newest = newest
+    series.late += late
+    return closed, late
+
+
+def _ingest_routed_into(
+    series: SeriesWindows, samples: Iterable[tuple[float, float]]
+) -> tuple[list[WindowAcc], int]:
+    """`ingest_into` of several samples: routed per window first, as `ingest_many` does, then
+    folded into each window at once (one sort per window, not an insort per sample: a backlog
+    drain gives each workload many samples per batch)."""
+    merged, closed, late = ingest_many(series, samples)
+    series.open, series.watermark = merged.open, merged.watermark
+    series.newest, series.late = merged.newest, merged.late
+    return closed, late
+
+
 def ingest_run(
     series: SeriesWindows, first: float, n: int, value: float, spacing: float = 1.0
 ) -> tuple[SeriesWindows, list[WindowAcc], int]:
@@ -390,8 +468,10 @@ def advance(
 def estimate(series: SeriesWindows, now: float) -> WindowAcc | None:
     """The open window's running value at `now`: of the windows containing `now`, the one that has
     been open longest (it covers the most of the recent past). None if it has no samples yet."""
-    candidates = [a for a in series.open if a.start <= now < a.end and a.count > 0]
-    return candidates[0] if candidates else None
+    for a in series.open:  # oldest first: the first one is the answer
+        if a.start <= now < a.end and a.count > 0:
+            return a
+    return None
 
 
 def to_load_window(
