@@ -487,6 +487,20 @@ async def test_ensure_topics_is_idempotent_and_describe_reports(
     assert d.partitions == events.METRICS.partitions + 2
 
 
+async def test_two_replicas_raising_the_same_partitions_at_once_both_succeed(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    # Two replicas of a service starting together after an upgrade that adds partitions: the
+    # broker refuses the second raise (the count is already there); that is not a failure.
+    topic = renamed(events.METRICS, f"test.race.{unique_suffix}")
+    await ensure_topics(kafka_bootstrap, [topic], partitions=2)
+    grown = [dataclasses.replace(topic, partitions=6)]
+    both = await asyncio.gather(*(ensure_topics(kafka_bootstrap, grown) for _ in range(2)))
+    assert any(any("raised" in a for a in actions) for actions in both), both
+    (d, _dlq) = await describe_topics(kafka_bootstrap, grown)
+    assert d.partitions == 6
+
+
 async def test_start_gives_up_with_a_clear_error_when_no_broker_answers() -> None:
     p = Producer("127.0.0.1:1", start_timeout_s=1.0)
     assert not p.ready
