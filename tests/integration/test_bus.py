@@ -463,6 +463,36 @@ async def test_a_restarted_consumer_resumes_from_its_committed_offset(
     assert got[0].offset == 40
 
 
+async def test_a_new_member_commits_where_it_starts_before_handling_anything(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    # A member killed before its first commit of processed offsets must not restart at the
+    # group's reset point again (with `latest`, what was published meanwhile is never read).
+    t = renamed(events.DECISIONS, f"test.start.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+    d = events.ScaleDecision(
+        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
+        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
+    )  # fmt: skip
+    async with Producer(kafka_bootstrap) as p:
+        for _ in range(5):
+            await p.publish(t, d)
+        await p.flush()
+    tp = TopicPartition(t.name, 0)
+    c = Consumer(kafka_bootstrap, [t], group_id=f"start-{unique_suffix}")
+    await c.start()
+    try:
+        got: list[Message[Any]] = []
+        for _ in range(30):
+            got += await c.poll(1000)
+            if got:
+                break
+        # poll() commits nothing itself: this is the start, committed on the first fetch
+        assert got and await c._c().committed(tp) == got[0].offset == 0
+    finally:
+        await c.stop()
+
+
 # --- topics, readiness ----------------------------------------------------------------------------
 
 
