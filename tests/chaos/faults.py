@@ -1,6 +1,7 @@
 """The faults of a chaos run, by name: each injects, is held, and heals (harness.Fault).
 
-sigkill-<service>-<i>      SIGKILL one instance (its process group), start it again
+sigkill-<service>-<i>      SIGKILL one instance (its process group), start it again (the
+                           cluster collectors too: one of the two is the Lease's leader)
 sigkill-both-<service>     SIGKILL both instances of a service together, start both
 broker-kill                SIGKILL the broker, start it again (kafka.sh up, data kept)
 apiserver-restart          stop the devcluster process (kube-apiserver + etcd), start it again
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 
 from governor_tools.demo import scenario as sc
-from tests.chaos.harness import PAIRED, ChaosRun, Fault
+from tests.chaos.harness import CLUSTER_COLLECTOR, PAIRED, ChaosRun, Fault
 
 OUTAGE_S = 20.0
 UNHEALTHY = sc.node_names()[-1]
@@ -112,7 +113,7 @@ def network_faults() -> list[Fault]:
 
 def all_faults(with_network: bool = True) -> list[Fault]:
     """Every fault once, in the order `bench/chaos.py --short` runs them."""
-    out = [_kill(name, (i,)) for name in PAIRED for i in (0, 1)]
+    out = [_kill(name, (i,)) for name in (*PAIRED, CLUSTER_COLLECTOR) for i in (0, 1)]
     out += [_kill(name, (0, 1)) for name in PAIRED]
     out += [
         Fault("broker-kill", _broker_down, _broker_up),

@@ -3,11 +3,12 @@ demo's workload simulator (governor_tools.demo.kubelet) driving `load.LoadPlan`,
 of everything the checks read.
 
 `ChaosRun` is an async context manager: it installs the workloads, starts the services (two
-collectors, aggregators, deciders and actuators, each pair in one consumer group; one cluster
-collector), the simulator, the recorder (decisions, Actuations and load windows from the
-topics) and the sampler (every target's spec replicas and seq annotation from the API server).
-`episode(fault)` moves the load on, injects the fault, holds it, heals it, waits for
-convergence to the reference and returns the fault's `Verdict`. Faults are in faults.py.
+collectors, aggregators, deciders and actuators, each pair in one consumer group; two cluster
+collectors on one Lease, of which only the leader publishes), the simulator, the recorder
+(decisions, Actuations and load windows from the topics) and the sampler (every target's spec
+replicas and seq annotation from the API server). `episode(fault)` moves the load on, injects
+the fault, holds it, heals it, waits for convergence to the reference and returns the fault's
+`Verdict`. Faults are in faults.py.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
 DEVCLUSTER_SH = REPO / "deploy" / "devcluster" / "devcluster.sh"
 TOXIPROXY_SH = REPO / "deploy" / "toxiproxy" / "toxiproxy.sh"
 PAIRED = ("collector", "aggregator", "decider", "actuator")
+CLUSTER_COLLECTOR = "cluster-collector"  # two, Lease-elected: only the leader publishes
 MAX_WAIT_S = 60.0  # after the heal: converge_s is this when the run never converged
 SAMPLE_S = 0.5
 
@@ -101,7 +103,13 @@ def _settings(name: str, i: int, tag: str, out: Path, kubeconfig: Path) -> dict[
     if name == "collector":
         return {"HTTP_HOST": "127.0.0.1", "KUBECONFIG": kube}
     if name == "cluster-collector":
-        return {"KUBECONFIG": kube, "METRICS_HOST": "127.0.0.1", "COALESCE_MS": "100"}
+        # Two instances on one Lease (this run's, so an earlier run's holder does not count);
+        # client-go's 15/10/2 s over 2.5 so a killed leader is replaced within the 30 s target.
+        return {
+            "KUBECONFIG": kube, "METRICS_HOST": "127.0.0.1", "COALESCE_MS": "100",
+            "LEASE_NAME": f"chaos-cc-{tag}", "LEASE_DURATION_SECONDS": "6",
+            "RENEW_DEADLINE_SECONDS": "4", "RETRY_PERIOD_SECONDS": "0.8",
+        }  # fmt: skip
     if name == "aggregator":
         return {
             "APP_ID": f"chaos-agg-{tag}", "DATA_DIR": str(out / f"aggregator-{i}"),
@@ -333,7 +341,7 @@ class ChaosRun:
                 await self.kube.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
 
     def _start_services(self) -> None:
-        names = [("cluster-collector", 0)] + [(n, i) for n in PAIRED for i in range(2)]
+        names = [(n, i) for n in (CLUSTER_COLLECTOR, *PAIRED) for i in range(2)]
         for name, i in names:
             settings = _settings(name, i, self.tag, self.out, self.kubeconfig)
             bootstrap = self.bootstrap

@@ -463,6 +463,36 @@ async def test_a_restarted_consumer_resumes_from_its_committed_offset(
     assert got[0].offset == 40
 
 
+async def test_a_new_member_commits_where_it_starts_before_handling_anything(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    # A member killed before its first commit of processed offsets must not restart at the
+    # group's reset point again (with `latest`, what was published meanwhile is never read).
+    t = renamed(events.DECISIONS, f"test.start.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+    d = events.ScaleDecision(
+        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
+        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
+    )  # fmt: skip
+    async with Producer(kafka_bootstrap) as p:
+        for _ in range(5):
+            await p.publish(t, d)
+        await p.flush()
+    tp = TopicPartition(t.name, 0)
+    c = Consumer(kafka_bootstrap, [t], group_id=f"start-{unique_suffix}")
+    await c.start()
+    try:
+        got: list[Message[Any]] = []
+        for _ in range(30):
+            got += await c.poll(1000)
+            if got:
+                break
+        # poll() commits nothing itself: this is the start, committed on the first fetch
+        assert got and await c._c().committed(tp) == got[0].offset == 0
+    finally:
+        await c.stop()
+
+
 # --- topics, readiness ----------------------------------------------------------------------------
 
 
@@ -485,6 +515,20 @@ async def test_ensure_topics_is_idempotent_and_describe_reports(
     assert any("partitions" in a for a in actions)
     (d, _dlq) = await describe_topics(kafka_bootstrap, grown)
     assert d.partitions == events.METRICS.partitions + 2
+
+
+async def test_two_replicas_raising_the_same_partitions_at_once_both_succeed(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    # Two replicas of a service starting together after an upgrade that adds partitions: the
+    # broker refuses the second raise (the count is already there); that is not a failure.
+    topic = renamed(events.METRICS, f"test.race.{unique_suffix}")
+    await ensure_topics(kafka_bootstrap, [topic], partitions=2)
+    grown = [dataclasses.replace(topic, partitions=6)]
+    both = await asyncio.gather(*(ensure_topics(kafka_bootstrap, grown) for _ in range(2)))
+    assert any(any("raised" in a for a in actions) for actions in both), both
+    (d, _dlq) = await describe_topics(kafka_bootstrap, grown)
+    assert d.partitions == 6
 
 
 async def test_start_gives_up_with_a_clear_error_when_no_broker_answers() -> None:

@@ -63,9 +63,8 @@ async def test_governor_holds_through_kills_a_broker_restart_and_a_partition(
     print(lines)
     for v in verdicts:
         assert (v.lost, v.duplicates, v.regressions) == (0, 0, 0), lines
-        # Not asserted yet (#21, in the stop note): the frozen-window re-application is fixed,
-        # but after a decider-broker partition a scale-down-window that ages out on the last
-        # (20 s old, not yet stale) windows can still lower a count, in some runs.
-        # bench/chaos.py prints scale_down_on_missing and counts it against ok.
+        # No scale-down on windows that stopped arriving (a cut-off decider's last ones too:
+        # `decider_memory.held_when_late`).
+        assert v.scale_down_on_missing == 0, lines
         assert v.unaudited == 0, lines
         assert v.converged and v.converge_s <= CONVERGE_TARGET_S, f"{lines}\n{logs}"

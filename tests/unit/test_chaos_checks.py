@@ -83,6 +83,9 @@ def test_scale_down_on_missing_data_during_the_fault() -> None:
     # down to what the reference asks: the load called for it
     assert scale_downs_on_missing_data([decision(15.0, 8, 4)], 10.0, 20.0, ref) == 0
     assert scale_downs_on_missing_data([decision(15.0, 2, 6)], 10.0, 20.0, ref) == 0
+    # the pool's allocation cut it (a node left the pool): capacity, not data
+    assert scale_downs_on_missing_data([decision(15.0, 8, 5, "priority")], 10.0, 20.0, ref) == 0
+    assert scale_downs_on_missing_data([decision(15.0, 8, 5, "capacity")], 10.0, 20.0, ref) == 0
 
 
 def test_a_decision_on_older_input_than_the_last_is_counted() -> None:

@@ -235,8 +235,9 @@ def test_a_window_with_no_new_sample_never_lowers_replicas_again() -> None:
     first = core.decide(WL, now).decision
     assert first is not None and first.to_replicas == 10
     core.on_workload(state(10, at=now + 1))
-    # The samples stopped (the same windows): no second halving on the old data.
-    for t in (now + 20, now + 40, now + 80):
+    # The samples stopped (the same windows): no second halving on the old data. (Within the
+    # late bound, 2 steps of 15 s: later, `held_when_late` holds before this rule is asked.)
+    for t in (now + 5, now + 10, now + 20):
         out = core.decide(WL, t)
         assert out.decision is None, out.decision
         assert "frozen" in out.note
@@ -287,3 +288,57 @@ def test_frozen_windows_lower_replicas_at_most_once(
             current = d.to_replicas
             core.on_workload(state(current, at=t + 0.5))
     assert len(lowered) <= 1, lowered
+
+
+def late_core(now: float, lag: float = 0.5) -> DeciderCore:
+    # 10 rps for 10 pods: the metric asks for the minimum (2), the 300 s stabilization window
+    # holds 10 until the 10 recorded at `now` ages out.
+    core = core_with(load=10.0, replicas=10, now=now - lag + 0.5)
+    assert core.decide(WL, now).decision is None  # held by the stabilization window
+    return core
+
+
+def feed(core: DeciderCore, end: float, load: float) -> None:
+    core.on_window(window(end, load))
+    core.on_window(window(end, load, "panic"))
+
+
+def test_a_scale_down_on_input_that_stopped_arriving_is_held_until_it_catches_up() -> None:
+    # A decider cut off from the broker: the stabilization window ages out on its last windows.
+    now = 1000.0
+    core = late_core(now)
+    for t in range(1, 290, 5):
+        feed(core, now + t, 10.0)
+        assert core.decide(WL, now + t).decision is None
+    cut = now + 286.0
+    out = core.decide(WL, cut + 50)  # the 10 of `now` has aged out: would go to 2
+    assert out.decision is None
+    assert out.recommendation is not None and out.recommendation.desired == 10
+    assert any("later than usual" in (r.detail or "") for r in out.recommendation.reasons)
+    # The heal: the backlog comes in order; a window 40 s behind still holds, the newest lowers.
+    feed(core, cut + 10, 10.0)
+    assert core.decide(WL, cut + 50.5).decision is None
+    feed(core, cut + 50, 10.0)
+    d = core.decide(WL, cut + 51).decision
+    assert d is not None and d.to_replicas == 2
+
+
+def test_input_late_by_a_steady_offset_still_scales_down() -> None:
+    # Every sample stamped 60 s before the decider's clock (a skewed clock, a slow source;
+    # under the policy's 90 s staleness): the lag's floor absorbs it, and the stabilization
+    # window's scale-down goes through.
+    now = 1000.0
+    core = late_core(now, lag=60.0)
+    decided = None
+    for t in range(1, 400, 5):
+        feed(core, now + t - 60.0, 10.0)
+        decided = decided or core.decide(WL, now + t).decision
+    assert decided is not None and decided.to_replicas == 2
+
+
+def test_late_input_still_scales_up() -> None:
+    now = 1000.0
+    core = late_core(now)
+    core.on_window(window(now, 2000.0, "panic"))  # the same newest sample, a burst
+    d = core.decide(WL, now + 60).decision  # late by ~54 s, under the 90 s staleness
+    assert d is not None and d.to_replicas > 10

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, for_code
+from aiokafka.errors import InvalidPartitionsError, TopicAlreadyExistsError, for_code
 
 from governor.bus import start_client
 from governor.events import TOPICS, Topic
@@ -165,6 +165,23 @@ async def _replication(admin: AIOKafkaAdminClient, wanted: int | None) -> int:
     return max(1, min(3, brokers))
 
 
+async def _grow(admin: AIOKafkaAdminClient, grow: dict[str, NewPartitions]) -> list[str]:
+    """Raise each topic's partition count. Another replica starting at the same moment may have
+    raised them first: the broker then refuses the whole request (the count is already there),
+    which is done, not an error, once a re-read shows every topic at its count."""
+    try:
+        await admin.create_partitions(grow)
+    except InvalidPartitionsError:
+        now = await _metadata(admin, list(grow))
+        short = [
+            n for n, p in grow.items() if len(now.get(n, {}).get("partitions", ())) < p.total_count
+        ]
+        if short:
+            raise
+        return []
+    return [f"raised {n} to {p.total_count} partitions" for n, p in grow.items()]
+
+
 async def ensure_topics(
     bootstrap: str,
     topics: Iterable[Topic[Any]] = TOPICS,
@@ -203,8 +220,7 @@ async def ensure_topics(
             if len(existing[s.name]["partitions"]) < s.partitions
         }
         if grow:
-            await admin.create_partitions(grow)
-            actions += [f"raised {n} to {p.total_count} partitions" for n, p in grow.items()]
+            actions += await _grow(admin, grow)
         have = await _configs(admin, [s.name for s in present])
         alter = [
             s

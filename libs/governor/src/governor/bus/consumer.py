@@ -287,10 +287,29 @@ class Consumer:
         batches = await c.getmany(timeout_ms=timeout_ms)
         if batches:  # records came from a broker (an empty answer proves nothing: no raise)
             self._liveness.ok()
+        start = {}
         for tp, records in batches.items():
-            if records:
-                self._first_fetched.setdefault(tp, records[0].offset)
+            if records and tp not in self._first_fetched:
+                self._first_fetched[tp] = records[0].offset
+                if tp not in self._committed:
+                    start[tp] = records[0].offset
+        if start:
+            await self._commit_start(c, start)
         return list(batches.items())
+
+    async def _commit_start(self, c: AIOKafkaConsumer, start: dict[TopicPartition, int]) -> None:
+        """Commit where reading starts on a newly assigned partition, before anything of it is
+        handled. A new group starts at `auto_offset_reset`; without this commit a member killed
+        before its first commit of processed offsets restarts at the reset point again, and with
+        `latest` the records published meanwhile were never read (a decider killed in its first
+        seconds lost its windows). Committing the start never gets ahead of the handling."""
+        if self.group_id is None:
+            return
+        try:
+            await c.commit(start)
+            self._committed.update(start)
+        except (CommitFailedError, IllegalStateError) as e:
+            log.warning("commit of the start offsets %s failed (%s)", start, e)
 
     async def _decode_partition(self, tp: TopicPartition, records: list[Any]) -> list[Message[Any]]:
         """Decode one partition's records in order; dead-letter the bad ones. The hot path is

@@ -12,7 +12,7 @@ Rules it keeps:
 - a decision is published when the bounded desire differs from that current, or when an earlier
   request was not taken up within `pending_grace` (it is sent again, with a new seq);
 - seq is per workload and only grows; a decision never uses older input than the last one did,
-  nor lowers replicas again on input no newer (`policy.staleness.frozen_scale_down`);
+  nor lowers replicas on input no newer (`frozen_scale_down`) or running late (`held_when_late`);
 - a decision's checkpoint (seq, history, rate-limit events, panic state) is acknowledged first.
 
 Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it.
@@ -56,6 +56,7 @@ from governor.cores.decider_memory import (
     PoolMemory,
     Stage1View,
     checkpoint_of,
+    held_when_late,
     memory_of,
     pool_memory_of,
 )
@@ -307,6 +308,7 @@ class DeciderCore:
         spec = capped(self._cap_memo, workload, policy.spec, partition_cap(policy.spec, windows))
         step = self.step_seconds
         result, mem.state = self.evaluate(spec, inputs, mem.state, now, step_seconds=step)
+        result = held_when_late(mem, spec, result, now, step)
         throughput = None
         if policy.spec.elastic is not None:
             tput = windows.get((el.THROUGHPUT_METRIC, "stable"))
@@ -469,9 +471,7 @@ class DeciderCore:
             return None
         newest, desired = s1.result.newest_input, s1.rec.desired
         if frozen_scale_down(s1.current, to, desired, mem.last_to, newest, mem.last_newest_input):
-            out.note = (
-                "no input newer than the last change's: a frozen window never lowers replicas"
-            )
+            out.note = "no input newer than the last change's: a frozen window lowers nothing"
             return None
         if s1.policy.spec.elastic is not None and to != s1.current:
             mem.elastic = el.resized(mem.elastic, now)

@@ -14,10 +14,11 @@ from governor.events import (
     WorkloadState,
 )
 from governor.policy import elastic as el
+from governor.policy import staleness as stale
 from governor.policy.allocate import Allocation
 from governor.policy.rebalance import ShortKey
 from governor.policy.types import ScaleResult, ScaleState
-from governor.spec import ScalingPolicy
+from governor.spec import ScalingPolicy, ScalingPolicySpec
 
 _STATE_ENCODER = msgspec.msgpack.Encoder()
 _STATE_DECODER = msgspec.msgpack.Decoder(ScaleState)
@@ -47,6 +48,25 @@ class Memory:
     last_newest_input: float = 0.0
     last_checkpoint_at: float = float("-inf")
     elastic: el.ElasticState = field(default_factory=el.ElasticState)
+    # The input's lag behind this core's clock: its recent floor and when that was set (memory
+    # only: after a restart the floor starts again from the first lag seen).
+    lag_floor: float | None = None
+    lag_floor_at: float = 0.0
+
+
+def held_when_late(
+    mem: Memory, policy: ScalingPolicySpec, result: ScaleResult, now: float, step: float
+) -> ScaleResult:
+    """`result` with its scale-down held while its input runs late (`staleness.hold_late`);
+    updates the workload's lag floor. A result on no input at all is left as it is."""
+    if result.newest_input <= 0.0:
+        return result
+    lag = now - result.newest_input
+    floor = mem.lag_floor
+    mem.lag_floor = stale.lag_floor(floor, mem.lag_floor_at, lag, now)
+    mem.lag_floor_at = now
+    late_by = 0.0 if floor is None else lag - mem.lag_floor
+    return stale.hold_late(result, late_by, stale.late_bound(policy, step))
 
 
 @dataclass

@@ -15,6 +15,12 @@ A source outage must freeze scaling, never collapse it: stale data never drives 
   reads as the load the old replica count served; a ratio over the new count (`Value`,
   `Utilization`) would shrink again on every evaluation. Event time against event time, never
   the wall clock: backfilled or clock-skewed samples are no reason to freeze.
+* Nor while the input runs late (`lag_floor`, `hold_late`): a decider cut off from the broker
+  (or a source gone quiet) keeps evaluating its last windows, and a scale-down stabilization
+  window ages out on them long before they count as stale (a pushed metric's 60 s). The lag
+  (decider clock minus newest input) is compared with its own recent floor, not with zero, so
+  a steady offset (clock skew, a backfill, the aggregator's delay) holds nothing; only input
+  falling behind by more than `STALL_STEPS` decision steps (or source intervals) holds.
 * The fallback fires (KEDA's `NumberOfFailures > failureThreshold`) once the consecutive failing
   evaluations exceed `failureThreshold`, or once the data has been failing for longer than
   `staleAfterSeconds`. KEDA counts polls; governor counts evaluations (messages and ticks).
@@ -24,11 +30,22 @@ A source outage must freeze scaling, never collapse it: stale data never drives 
 
 from __future__ import annotations
 
+import msgspec
+
+from governor.events import Reason
+from governor.policy.types import ScaleResult
 from governor.spec import FallbackSpec, MetricSpec, PushSource, ResourceSource, ScalingPolicySpec
 
 DEFAULT_STALE_SECONDS = 60.0
 STALE_INTERVALS = 3.0
 METRICS_API_RESOLUTION_SECONDS = 1.0  # metav1.Time: PodMetrics timestamps are whole seconds
+# Input later than its floor by this many decision steps (or source intervals) holds scale-downs:
+# one step of jitter is normal (a sample lands just after an evaluation), two are not.
+STALL_STEPS = 2.0
+# How fast the lag's floor follows a lag that stays higher (seconds per second): a lasting new
+# offset (a slower aggregator) stops holding after offset / LAG_RELAX, while a stall's lag
+# outgrows the floor at 1 - LAG_RELAX and holds after bound / (1 - LAG_RELAX).
+LAG_RELAX = 0.1
 
 
 def stale_after(policy: ScalingPolicySpec, metric: MetricSpec) -> float:
@@ -70,3 +87,35 @@ def frozen_scale_down(
     re-send of the last decision (`to == last_to`) and a decision with no input at all (bounds,
     schedules) are not held."""
     return desired <= to < current and to != last_to and 0.0 < newest <= last_change
+
+
+def late_bound(policy: ScalingPolicySpec, step_seconds: float) -> float:
+    """How far input may fall behind its lag's floor before it holds scale-downs: STALL_STEPS of
+    the longest of the decision step and the policy's source intervals (a push has none)."""
+    intervals = [
+        m.source.interval_seconds for m in policy.metrics if not isinstance(m.source, PushSource)
+    ]
+    return STALL_STEPS * max([step_seconds, *intervals])
+
+
+def lag_floor(floor: float | None, floor_at: float, lag: float, now: float) -> float:
+    """The lag's recent floor after observing `lag` at `now` (`floor` was set at `floor_at`):
+    the lowest lag seen, rising by LAG_RELAX per second while the lag stays above it."""
+    if floor is None:
+        return lag
+    return min(lag, floor + LAG_RELAX * max(0.0, now - floor_at))
+
+
+def hold_late(result: ScaleResult, late_by: float, bound: float) -> ScaleResult:
+    """The result with its scale-down held (desired = current) while the input runs `late_by`
+    seconds behind its floor, past `bound`; unchanged otherwise (a scale-up never waits)."""
+    if result.desired >= result.current or late_by <= bound:
+        return result
+    detail = (
+        f"input {late_by:.3g} s later than usual (over {bound:.3g} s: its source or this"
+        f" decider's consumer is cut off): no scale-down, holds {result.current}"
+    )
+    reason = Reason(rule="stale_hold", detail=detail)
+    return msgspec.structs.replace(
+        result, desired=result.current, bound_by="stale_hold", reasons=[*result.reasons, reason]
+    )
