@@ -21,6 +21,7 @@ from governor.policy.behavior import (
     limit_rate,
     record,
     record_event,
+    record_sampled,
     replicas_change,
     resolve,
     scale_down_limit,
@@ -456,6 +457,42 @@ def test_bucketing_preserves_both_windows_answers() -> None:
         full = [*[e for e in full if e[0] > t - 90.0], (t, v)]
         bucketed = record(bucketed, v, t, 15.0, 90.0)
     assert len(bucketed) <= 2 * (90 // 15 + 1)
+
+
+def test_record_sampled_keeps_a_steps_first_evaluation_and_every_change() -> None:
+    start = 15.0 * 1000  # a bucket boundary
+    history = record_sampled([], 6, start, 15.0, 300.0, changed=False)
+    assert history == [(start, 6)]
+    # A later evaluation of the step that left the count alone: not a new sample.
+    assert record_sampled(history, 9, start + 5.0, 15.0, 300.0, changed=False) == [(start, 6)]
+    # One that moved the count is kept (merged into the step, as record does).
+    history = record_sampled(history, 8, start + 10.0, 15.0, 300.0, changed=True)
+    assert history == [(start + 10.0, 6), (start + 10.0, 8)]
+    # The next step's first evaluation is always a sample.
+    history = record_sampled(history, 4, start + 15.0, 15.0, 300.0, changed=False)
+    assert history[-1] == (start + 15.0, 4)
+
+
+def test_record_sampled_keeps_the_initial_recommendation_beside_the_first() -> None:
+    # HPA's recordInitialRecommendation is stamped at the same instant as the first evaluation.
+    assert record_sampled([(NOW, 7)], 3, NOW, 15.0, 300.0, changed=False) == [(NOW, 3), (NOW, 7)]
+
+
+@given(
+    steps=st.lists(st.tuples(st.integers(0, 20), st.booleans()), max_size=30),
+    offset=st.floats(min_value=0.0, max_value=14.9),
+)
+def test_record_sampled_is_record_at_one_evaluation_per_step(
+    steps: list[tuple[int, bool]], offset: float
+) -> None:
+    # HPA's cadence (the simulator, HPA-compatible mode): nothing changes.
+    sampled: list[tuple[float, int]] = []
+    every: list[tuple[float, int]] = []
+    for i, (value, changed) in enumerate(steps):
+        t = NOW + i * 15.0 + offset
+        sampled = record_sampled(sampled, value, t, 15.0, 90.0, changed=changed)
+        every = record(every, value, t, 15.0, 90.0)
+        assert sampled == every
 
 
 def test_history_is_pruned_past_the_longest_window() -> None:

@@ -471,3 +471,38 @@ def test_a_resource_metric_allows_for_the_metrics_apis_whole_second_timestamps()
     cpu, q = spec.metrics
     assert stale_after(spec, cpu) == 2.5  # 3 intervals + the API's 1 s timestamp resolution
     assert stale_after(spec, q) == 1.5
+
+
+def _every(spec: object, loads: list[tuple[float, float]], current: int) -> list[tuple[float, int]]:
+    """Evaluations at (trace time, load) in order, the target following every decision: what
+    the decider does between its steps (on every window and tick)."""
+    state, out = ScaleState(), []
+    for t, load in loads:
+        r, state = step(spec, state, current, T0 + t, load=load)  # type: ignore[arg-type]
+        current = r.desired
+        out.append((t, current))
+    return out
+
+
+_DOWN_60 = {"scaleUp": rules(window=0), "scaleDown": rules(("Percent", 100, 15), window=60)}
+
+
+def test_continuous_evaluation_scales_down_when_hpas_sync_would() -> None:
+    # One sample per step, as HPA's sync takes: the evaluations after the step's first that did
+    # not move the count do not stretch its entry, so 10 leaves the 60 s window at T0 + 60 (it
+    # was held to T0 + 72.5 when every evaluation stamped the bucket).
+    spec = policy(behavior=_DOWN_60)
+    loads = [(0.0, 1000.0)] + [(i * 2.5, 600.0) for i in range(1, 40)]
+    counts = dict(_every(spec, loads, current=10))
+    assert counts[57.5] == 10
+    assert counts[60.0] == 6
+
+
+def test_a_scale_up_between_steps_is_held_for_the_whole_window() -> None:
+    # The count the policy moved to is recorded even mid-step: no flapping back at the next
+    # evaluation, and the hold runs 60 s from the scale-up itself.
+    spec = policy(behavior=_DOWN_60)
+    loads = [(0.0, 600.0), (5.0, 900.0)] + [(5.0 + i * 2.5, 600.0) for i in range(1, 30)]
+    counts = _every(spec, loads, current=6)
+    assert all(c == 9 for t, c in counts if 5.0 <= t < 65.0)
+    assert dict(counts)[65.0] == 6

@@ -10,11 +10,18 @@ memory; here it lives in ScaleState and every function takes `now`.
 Recommendation history, bucketed so the state stays small. HPA keeps one entry per sync
 (every 15 s), but governor evaluates on every message and on every tick, so the history is kept
 per step bucket (floor(t / step)): each bucket holds the smallest and the largest recommendation
-made in it, as two (time, replicas) pairs, or one pair when they agree, stamped with the newest
+recorded in it, as two (time, replicas) pairs, or one pair when they agree, stamped with the newest
 evaluation time of the bucket. The up-window takes the min over the window and the down-window the
 max, so the bucket's min and max are exactly what each needs: with one evaluation per step this is
-HPA's history entry for entry; with several per step an entry can outlive the earlier evaluations
-of its bucket by less than one step — the windows then hold a little longer, never shorter.
+HPA's history entry for entry.
+
+With several evaluations per step the policy records through `record_sampled`: the step's first
+evaluation (what HPA's one sync would have seen) and every later one that changed the count.
+Recording them all made a continuously evaluated policy hold its scale-downs longer than HPA on
+the same load: the down-window took the max of ~12 overlapping window means where HPA's takes 4,
+and each bucket's entry outlived HPA's by up to one step (the demo's search service: 5 % more
+replica-hours than its HPA twin, ~4 points of it from these two). A count the policy did move to
+is always kept, so a scale-up made between syncs is held for the whole window (no flapping).
 
 Scale events are one signed list ((time, +added) or (time, −removed)); HPA's two lists are the
 positive and negative halves, and periodStart = current − added + removed = current − Σchange.
@@ -191,6 +198,28 @@ def record(
     if hi != lo:
         out.append((now, hi))
     return out
+
+
+def record_sampled(
+    history: list[Entry],
+    desired: int,
+    now: float,
+    step: float,
+    horizon: float,
+    *,
+    changed: bool,
+) -> list[Entry]:
+    """`record` for a policy evaluated several times a step: a step already recorded by an
+    earlier evaluation keeps its entry unless this one `changed` the count (module docstring).
+
+    Entries recorded at `now` itself (HPA's initial recommendation, a second evaluation at the
+    same instant) are merged as `record` does, and a clock that went back is left to `record`.
+    """
+    if not changed and history:
+        last = history[-1][0]
+        if last < now and last // step == now // step:
+            return history
+    return record(history, desired, now, step, horizon)
 
 
 # --- rate limits ------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ from governor.pod_totals import per_pod_value as _per_pod
 from governor.policy.behavior import (
     limit_rate,
     rate_limit_detail,
-    record,
     record_event,
+    record_sampled,
     stabilize,
 )
 from governor.policy.evaluation import Evaluation as _Evaluation
@@ -345,7 +345,9 @@ def _stabilization(
         # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
         past = [(now, current)]
     st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
-    history = record(past, desired, now, step_seconds, behavior.horizon)
+    history = record_sampled(
+        past, desired, now, step_seconds, behavior.horizon, changed=st.replicas != current
+    )
     if st.replicas == desired:
         return None, history
     if desired < current or st.replicas > desired:
