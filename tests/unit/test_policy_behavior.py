@@ -364,7 +364,7 @@ def test_TestStoreScaleEvents(name: str, prev: list[tuple[int, int]], expected_c
     assert replicas_change(down, 60, NOW) == -expected_change
     # Storing a new event drops what is older than the longest period and keeps the rest.
     stored = record_event(up, NOW, 5, NOW, 60)
-    assert stored == [e for e in up if e[0] > NOW - 60] + [(NOW, 5)]
+    assert list(stored) == [e for e in up if e[0] > NOW - 60] + [(NOW, 5)]
 
 
 # --- horizontal_test.go: TestNormalizeDesiredReplicasWithBehavior ------------------------------
@@ -431,10 +431,10 @@ def test_TestNormalizeDesiredReplicas_legacy_down_window() -> None:
 
 def test_one_bucket_keeps_its_min_and_max() -> None:
     start = 15.0 * 1000  # a bucket boundary
-    history: list[tuple[float, int]] = []
+    history: tuple[tuple[float, int], ...] = ()
     for t, r in [(0.0, 5), (3.0, 9), (7.0, 2), (14.0, 6)]:
         history = record(history, r, start + t, 15.0, 300.0)
-    assert history == [(start + 14.0, 2), (start + 14.0, 9)]
+    assert history == ((start + 14.0, 2), (start + 14.0, 9))
     # The next step opens a new bucket.
     history = record(history, 4, start + 15.0, 15.0, 300.0)
     assert history[-1] == (start + 15.0, 4)
@@ -445,7 +445,7 @@ def test_bucketing_preserves_both_windows_answers() -> None:
     # Ten evaluations a step: the bucketed history gives the same stabilization as the full one
     # whenever no evaluation of a bucket is past a window's edge.
     full: list[tuple[float, int]] = []
-    bucketed: list[tuple[float, int]] = []
+    bucketed: tuple[tuple[float, int], ...] = ()
     values = [7, 3, 9, 4, 4, 8, 2, 6, 5, 1, 3, 7, 8, 2, 9, 6, 4, 3, 5, 7]
     for i, v in enumerate(values * 3):
         t = NOW + i * 1.5
@@ -497,7 +497,7 @@ def test_record_sampled_is_record_at_one_evaluation_per_step(
 
 def test_history_is_pruned_past_the_longest_window() -> None:
     history = [(NOW - 400.0, 9), (NOW - 299.0, 8)]
-    assert record(history, 3, NOW, 15.0, 300.0) == [(NOW - 299.0, 8), (NOW, 3)]
+    assert record(history, 3, NOW, 15.0, 300.0) == ((NOW - 299.0, 8), (NOW, 3))
 
 
 def _naive_stabilize(
@@ -537,7 +537,7 @@ def test_stabilize_matches_hpas_loop(
 
 @given(times=st.lists(st.floats(min_value=NOW - 100, max_value=NOW + 100), max_size=30))
 def test_record_keeps_time_order_even_when_the_clock_goes_back(times: list[float]) -> None:
-    history: list[tuple[float, int]] = []
+    history: tuple[tuple[float, int], ...] = ()
     for i, t in enumerate(times):
         history = record(history, i, t, 15.0, 300.0)
-        assert history == sorted(history, key=lambda e: e[0])
+        assert list(history) == sorted(history, key=lambda e: e[0])

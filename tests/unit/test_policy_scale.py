@@ -339,7 +339,7 @@ def test_workload_state_from_the_helpers() -> None:
 
 def test_evaluate_does_not_mutate_its_inputs() -> None:
     spec = policy()
-    state = ScaleState(recommendations=[(T0 - 30, 5)], scale_events=[(T0 - 5, 2)])
+    state = ScaleState(recommendations=((T0 - 30, 5),), scale_events=((T0 - 5, 2),))
     before = msgspec.msgpack.encode(state)
     step(spec, state, 5, T0, load=2000.0)
     assert msgspec.msgpack.encode(state) == before
@@ -353,7 +353,7 @@ def test_a_decision_that_is_never_applied_keeps_the_event_list_small() -> None:
     for t in range(1, 300):
         r, state = step(spec, state, 2, T0 + t, load=3000.0)
         assert r.desired == 6
-    assert state.scale_events == [(T0, 4)]
+    assert state.scale_events == ((T0, 4),)
 
 
 def test_spent_rate_budget_is_explained() -> None:
@@ -395,7 +395,7 @@ def test_TestScaleUpRCImmediately() -> None:
     r, state = step(spec, ScaleState(), 1, T0, cpu=0.0)
     assert (r.desired, r.bound_by) == (2, "min")
     # reconcileAutoscaler calls recordInitialRecommendation before the bounds check.
-    assert state.recommendations == [(T0, 1)]
+    assert state.recommendations == ((T0, 1),)
 
 
 def test_initial_recommendation_ages_from_the_first_sync() -> None:
@@ -422,7 +422,7 @@ def test_TestScaleDownRCImmediately() -> None:
 
 def test_TestStabilizeDownscale() -> None:
     spec = policy(metric("cpu", "Utilization", 100.0), max_replicas=5)
-    state = ScaleState(recommendations=[(T0 - 600, 10), (T0 - 60, 4)])
+    state = ScaleState(recommendations=((T0 - 600, 10), (T0 - 60, 4)))
     r, state = step(spec, state, 4, T0, cpu=50.0)
     assert (r.desired, r.bound_by) == (4, "stabilization")
     assert [v for _, v in state.recommendations] == [4, 2]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right, insort
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Literal
@@ -140,7 +141,7 @@ class Stabilized(msgspec.Struct, frozen=True):
 
 
 def stabilize(
-    history: list[Entry],
+    history: Sequence[Entry],
     current: int,
     desired: int,
     now: float,
@@ -174,30 +175,32 @@ def stabilize(
 
 
 def record(
-    history: list[Entry], desired: int, now: float, step: float, horizon: float
-) -> list[Entry]:
+    history: Sequence[Entry], desired: int, now: float, step: float, horizon: float
+) -> tuple[Entry, ...]:
     """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step.
 
     Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
+    A tuple (ScaleState keeps tuples): the kept entries are sliced once, not copied and popped.
     """
-    out = history[bisect_right(history, now - horizon, key=_time) :]
+    start = bisect_right(history, now - horizon, key=_time)
+    end = len(history)
     bucket = now // step
     lo = hi = desired
-    while out and out[-1][0] <= now and out[-1][0] // step == bucket:
-        r = out.pop()[1]
+    while end > start and history[end - 1][0] <= now and history[end - 1][0] // step == bucket:
+        end -= 1
+        r = history[end][1]
         if r < lo:
             lo = r
         elif r > hi:
             hi = r
-    if out and out[-1][0] > now:
+    if end > start and history[end - 1][0] > now:
+        out = list(history[start:end])
         insort(out, (now, lo), key=_time)
         if hi != lo:
             insort(out, (now, hi), key=_time)
-        return out
-    out.append((now, lo))
-    if hi != lo:
-        out.append((now, hi))
-    return out
+        return tuple(out)
+    new = ((now, lo),) if hi == lo else ((now, lo), (now, hi))
+    return (*history[start:end], *new)
 
 
 def record_sampled(
@@ -225,13 +228,13 @@ def record_sampled(
 # --- rate limits ------------------------------------------------------------------------------
 
 
-def replicas_change(events: list[Entry], period: float, now: float) -> int:
+def replicas_change(events: Sequence[Entry], period: float, now: float) -> int:
     """getReplicasChangePerPeriod over the signed events: net change strictly inside the period."""
     cutoff = now - period
     return sum(change for t, change in events if t > cutoff)
 
 
-def scale_up_limit(current: int, events: list[Entry], rules: Rules, now: float) -> int:
+def scale_up_limit(current: int, events: Sequence[Entry], rules: Rules, now: float) -> int:
     """calculateScaleUpLimitWithScalingRules."""
     if rules.select == "Disabled":
         return current
@@ -246,7 +249,7 @@ def scale_up_limit(current: int, events: list[Entry], rules: Rules, now: float) 
     return current if result is None else result
 
 
-def scale_down_limit(current: int, events: list[Entry], rules: Rules, now: float) -> int:
+def scale_down_limit(current: int, events: Sequence[Entry], rules: Rules, now: float) -> int:
     """calculateScaleDownLimitWithBehaviors (Percent truncates toward zero, as Go's int32())."""
     if rules.select == "Disabled":
         return current
@@ -272,7 +275,7 @@ def limit_rate(
     desired: int,
     lo: int,
     hi: int,
-    events: list[Entry],
+    events: Sequence[Entry],
     behavior: ResolvedBehavior,
     now: float,
 ) -> Limited:
@@ -305,8 +308,8 @@ def limit_rate(
 
 
 def record_event(
-    events: list[Entry], at: float, change: int, now: float, horizon: float
-) -> list[Entry]:
+    events: Sequence[Entry], at: float, change: int, now: float, horizon: float
+) -> tuple[Entry, ...]:
     """The scale events after a change of `change` replicas at `at`, pruned past `horizon`.
 
     Changes at the same instant are summed (and dropped when they cancel): a decision that the
@@ -320,7 +323,7 @@ def record_event(
             change += out.pop()[1]
         if change:
             out.append((at, change))
-    return out
+    return tuple(out)
 
 
 def rate_limit_detail(
@@ -328,7 +331,7 @@ def rate_limit_detail(
     current: int,
     limit: int,
     behavior: ResolvedBehavior,
-    events: list[tuple[float, int]],
+    events: Sequence[Entry],
     now: float,
 ) -> str:
     """Names the policy that produced the limit; built only when a rate limit binds."""

@@ -78,14 +78,14 @@ def _no_workload(inputs: ScaleInputs) -> ScaleResult:
         desired=0,
         current=0,
         bound_by="no_workload_state",
-        reasons=[Reason(rule="no_workload_state", detail="no state of the target seen yet")],
-        inputs=[],
+        reasons=(Reason(rule="no_workload_state", detail="no state of the target seen yet"),),
+        inputs=(),
         newest_input=newest,
         actionable=False,
     )
 
 
-def _net_events(ev: _Evaluation, state: ScaleState) -> list[tuple[float, int]]:
+def _net_events(ev: _Evaluation, state: ScaleState) -> tuple[tuple[float, int], ...]:
     """The scale events the rate limits see: the target's net change, not only our decisions.
 
     Like HPA, a decision is recorded as a scale event when it is made (so it ages out of the
@@ -337,13 +337,13 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutco
 
 def _stabilization(
     ev: _Evaluation, state: ScaleState, desired: int, step_seconds: float
-) -> tuple[int | None, list[tuple[float, int]]]:
+) -> tuple[int | None, tuple[tuple[float, int], ...]]:
     """HPA's stabilization windows: the count they hold (None: no change) and the new history."""
     behavior, current, now = ev.c.behavior, ev.current, ev.now
     past = state.recommendations
     if not past and behavior.horizon > 0:
         # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
-        past = [(now, current)]
+        past = ((now, current),)
     st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
     history = record_sampled(
         past, desired, now, step_seconds, behavior.horizon, changed=st.replicas != current
@@ -359,7 +359,7 @@ def _stabilization(
 
 
 def _rate_limits(
-    ev: _Evaluation, events: list[tuple[float, int]], desired: int
+    ev: _Evaluation, events: tuple[tuple[float, int], ...], desired: int
 ) -> tuple[int, Rule] | None:
     """HPA's rate-limit policies and the min/max/replicaCap clamps (behavior.py)."""
     current, lo, hi, behavior = ev.current, ev.c.lo, ev.c.hi, ev.c.behavior
@@ -381,8 +381,8 @@ def _rate_limits(
 
 
 def _damp(
-    ev: _Evaluation, state: ScaleState, events: list[tuple[float, int]], step: float
-) -> tuple[int, Rule, list[tuple[float, int]], PanicOutcome | None]:
+    ev: _Evaluation, state: ScaleState, events: tuple[tuple[float, int], ...], step: float
+) -> tuple[int, Rule, tuple[tuple[float, int], ...], PanicOutcome | None]:
     """The metrics' count through panic, stabilization and the rate limits, and the new state."""
     current, reasons = ev.current, ev.reasons
     desired = ev.best
@@ -454,7 +454,7 @@ def evaluate(
     # stabilization window sees it exactly as long as HPA's does.
     history = state.recommendations
     if not history and ev.c.behavior.horizon > 0:
-        history = [(now, current)]
+        history = ((now, current),)
     panic = (state.panic_since, state.panic_max, state.panic_over_at)
     actionable = True
     bound: Rule
@@ -481,7 +481,7 @@ def evaluate(
         desired if actionable else current, failing_since, panic[2], forecasts, ev.merge_since,
     )  # fmt: skip
     result = ScaleResult(
-        desired=desired, current=current, bound_by=bound, reasons=ev.reasons,
-        inputs=ev.inputs, newest_input=ev.newest, actionable=actionable,
+        desired=desired, current=current, bound_by=bound, reasons=tuple(ev.reasons),
+        inputs=tuple(ev.inputs), newest_input=ev.newest, actionable=actionable,
     )  # fmt: skip
     return result, next_state

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from governor.events import MetricInput, Reason, Rule, WorkloadState
 from governor.policy.forecast import ForecastState
 
 
-class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
+class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """What the windows say of one metric at `now`.
 
     `stable` is the stable window's statistic (the policy's `aggregation`: mean, max or p95) and
@@ -16,6 +18,9 @@ class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
     time of the newest sample behind them — the policy judges staleness by it.
     `stable_total` / `panic_total`: the same statistic of the per-instant cross-pod totals, for
     a per-pod series (`governor.pod_totals`); the policy then scales on them, not on the mean.
+    `gc=False` (and on ScaleInputs): numbers and strings, so a dict of them stays untracked too:
+    a decider builds one per workload and evaluation, and tracked ones made the cyclic collector
+    a fifth of an evaluation.
     """
 
     metric: str
@@ -26,7 +31,7 @@ class MetricObservation(msgspec.Struct, frozen=True, omit_defaults=True):
     panic_total: float | None = None
 
 
-class ScaleInputs(msgspec.Struct, frozen=True):
+class ScaleInputs(msgspec.Struct, frozen=True, gc=False):
     workload: WorkloadState | None
     observations: dict[str, MetricObservation]
 
@@ -49,12 +54,13 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     tolerance band, or by the forecast's gate) has waited, so it happens after mergeSeconds
     (gateSeconds for the gate; policy/headroom.py).
 
-    `gc=False`: lists of number pairs and acyclic structs, never a cycle (the cyclic collector
-    need not track one per workload; its lists still are).
+    `gc=False`: tuples of number pairs and acyclic structs, never a cycle. Tuples, not lists: the
+    collector untracks a tuple of numbers the first time it sees one, so the state of 10,000
+    workloads is not walked again by every older-generation collection (lists always are).
     """
 
-    recommendations: list[tuple[float, int]] = msgspec.field(default_factory=list)
-    scale_events: list[tuple[float, int]] = msgspec.field(default_factory=list)
+    recommendations: tuple[tuple[float, int], ...] = ()
+    scale_events: tuple[tuple[float, int], ...] = ()
     panic_since: float | None = None
     panic_max: int = 0
     failures: int = 0
@@ -67,11 +73,13 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
 
 
 class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """`evaluate` returns tuples (untracked by the collector once seen, like ScaleState's)."""
+
     desired: int
     current: int
     bound_by: Rule
-    reasons: list[Reason]
-    inputs: list[MetricInput]
+    reasons: Sequence[Reason]
+    inputs: Sequence[MetricInput]
     newest_input: float
     # False when the policy must not act at all (e.g. nothing known of the target yet).
     actionable: bool = True
