@@ -462,12 +462,12 @@ def test_bucketing_preserves_both_windows_answers() -> None:
 def test_record_sampled_keeps_a_steps_first_evaluation_and_every_change() -> None:
     start = 15.0 * 1000  # a bucket boundary
     history = record_sampled([], 6, start, 15.0, 300.0, changed=False)
-    assert history == [(start, 6)]
+    assert history == ((start, 6),)
     # A later evaluation of the step that left the count alone: not a new sample.
-    assert record_sampled(history, 9, start + 5.0, 15.0, 300.0, changed=False) == [(start, 6)]
+    assert record_sampled(history, 9, start + 5.0, 15.0, 300.0, changed=False) == ((start, 6),)
     # One that moved the count is kept (merged into the step, as record does).
     history = record_sampled(history, 8, start + 10.0, 15.0, 300.0, changed=True)
-    assert history == [(start + 10.0, 6), (start + 10.0, 8)]
+    assert history == ((start + 10.0, 6), (start + 10.0, 8))
     # The next step's first evaluation is always a sample.
     history = record_sampled(history, 4, start + 15.0, 15.0, 300.0, changed=False)
     assert history[-1] == (start + 15.0, 4)
@@ -475,7 +475,7 @@ def test_record_sampled_keeps_a_steps_first_evaluation_and_every_change() -> Non
 
 def test_record_sampled_keeps_the_initial_recommendation_beside_the_first() -> None:
     # HPA's recordInitialRecommendation is stamped at the same instant as the first evaluation.
-    assert record_sampled([(NOW, 7)], 3, NOW, 15.0, 300.0, changed=False) == [(NOW, 3), (NOW, 7)]
+    assert record_sampled([(NOW, 7)], 3, NOW, 15.0, 300.0, changed=False) == ((NOW, 3), (NOW, 7))
 
 
 @given(
@@ -486,8 +486,8 @@ def test_record_sampled_is_record_at_one_evaluation_per_step(
     steps: list[tuple[int, bool]], offset: float
 ) -> None:
     # HPA's cadence (the simulator, HPA-compatible mode): nothing changes.
-    sampled: list[tuple[float, int]] = []
-    every: list[tuple[float, int]] = []
+    sampled: tuple[tuple[float, int], ...] = ()
+    every: tuple[tuple[float, int], ...] = ()
     for i, (value, changed) in enumerate(steps):
         t = NOW + i * 15.0 + offset
         sampled = record_sampled(sampled, value, t, 15.0, 90.0, changed=changed)

@@ -204,14 +204,14 @@ def record(
 
 
 def record_sampled(
-    history: list[Entry],
+    history: Sequence[Entry],
     desired: int,
     now: float,
     step: float,
     horizon: float,
     *,
     changed: bool,
-) -> list[Entry]:
+) -> tuple[Entry, ...]:
     """`record` for a policy evaluated several times a step: a step already recorded by an
     earlier evaluation keeps its entry unless this one `changed` the count (module docstring).
 
@@ -221,7 +221,7 @@ def record_sampled(
     if not changed and history:
         last = history[-1][0]
         if last < now and last // step == now // step:
-            return history
+            return tuple(history)
     return record(history, desired, now, step, horizon)
 
 
