@@ -149,10 +149,14 @@ ready() {
   curl -fsS --max-time 3 --cacert "$RUN_DIR/pki/ca.crt" "$(cat "$RUN_DIR/api-url")/readyz" >/dev/null 2>&1
 }
 
+# The pid we just started, alive: not pid_alive's command-line check, which a check in the
+# instant between fork and exec fails (the child still shows this script's command line).
+started_alive() { kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
+
 wait_ready() {
   local deadline=$((SECONDS + READY_TIMEOUT))
   while ((SECONDS < deadline)); do
-    if ! pid_alive; then
+    if ! started_alive "$PIDFILE"; then
       tail -n 40 "$LOG" >&2 || true
       die "devcluster exited during startup (log: $LOG)"
     fi
@@ -272,7 +276,7 @@ kcm_up() { # the API server runs; the lock is held
   echo $! >"$KCM_PIDFILE"
   local start=$SECONDS deadline=$((SECONDS + READY_TIMEOUT))
   while ! kcm_ready; do
-    if ! kcm_alive; then
+    if ! started_alive "$KCM_PIDFILE"; then
       tail -n 40 "$KCM_LOG" >&2 || true
       die "kube-controller-manager exited during startup (log: $KCM_LOG)"
     fi
