@@ -80,11 +80,7 @@ async def test_windows_survive_a_rebalance(
             100: lambda: b.start(),  # joins: partitions are split between a and b
             200: lambda: a.stop(),  # leaves: b takes every partition, recovering a's tables
         })  # fmt: skip
-        spec = hopping(60.0, 10.0, 2.0)
-        want: dict[str, dict[float, Any]] = {}
-        for wl in workloads:
-            _, expected, _ = ingest_many(SeriesWindows(spec=spec), sent[wl])
-            want[wl] = {acc.start: acc for acc in expected}
+        want = _expected(sent)
         # Read while b still runs: b may need a while to recover a's tables and catch up, and
         # samples it has not read yet are not lost (their offsets are not committed).
         _, closed = await _closed_stable(kafka_bootstrap, load, want)
@@ -93,12 +89,28 @@ async def test_windows_survive_a_rebalance(
         a.stop()
         b.stop()
 
-    for wl in workloads:
+    _assert_every_window(want, closed)
+
+
+def _expected(sent: dict[str, list[tuple[float, float]]]) -> dict[str, dict[float, Any]]:
+    """Per workload, its closed stable windows by start: the pure `ingest_many` of what was sent."""
+    spec = hopping(60.0, 10.0, 2.0)
+    return {
+        wl: {acc.start: acc for acc in ingest_many(SeriesWindows(spec=spec), samples)[1]}
+        for wl, samples in sent.items()
+    }
+
+
+def _assert_every_window(
+    want: dict[str, dict[float, Any]], closed: dict[str, dict[float, list[events.LoadWindow]]]
+) -> None:
+    """Every window that closed before the end was published, each view of it equal to the
+    pure computation."""
+    for wl, windows in want.items():
         got = closed.get(wl, {})
-        # Every window that closed before the end was published, equal to the pure computation.
-        missing = sorted(set(want[wl]) - set(got))
+        missing = sorted(set(windows) - set(got))
         assert not missing, f"{wl}: missing windows {missing[:3]}"
-        for start, acc in want[wl].items():
+        for start, acc in windows.items():
             assert {(w.count, w.max, w.p95) for w in got[start]} == {
                 (acc.count, acc.max, acc.p95)
             }, (wl, start)
@@ -154,11 +166,7 @@ async def test_a_killed_worker_loses_no_window(
         sent = await _play(kafka_bootstrap, metrics, workloads, t0,
                            lambda second, i: float((second * (i + 3)) % 89),
                            {150: kill_a_start_b})  # fmt: skip
-        spec = hopping(60.0, 10.0, 2.0)
-        want: dict[str, dict[float, Any]] = {}
-        for wl in workloads:
-            _, expected, _ = ingest_many(SeriesWindows(spec=spec), sent[wl])
-            want[wl] = {acc.start: acc for acc in expected}
+        want = _expected(sent)
         starts, closed = await _closed_stable(kafka_bootstrap, load, want)
         handled = sum(
             float(line.split()[-1])
@@ -171,14 +179,8 @@ async def test_a_killed_worker_loses_no_window(
 
     # The kill left folded samples uncommitted: b read them again (to fold or to skip).
     assert handled > 149 * len(workloads), handled
+    _assert_every_window(want, closed)
     for wl in workloads:
-        got = closed.get(wl, {})
-        missing = sorted(set(want[wl]) - set(got))
-        assert not missing, f"{wl}: missing windows {missing[:3]}"
-        for start, acc in want[wl].items():
-            assert {(w.count, w.max, w.p95) for w in got[start]} == {
-                (acc.count, acc.max, acc.p95)
-            }, (wl, start)
         assert _first_seen_in_order(starts[wl]), (wl, starts[wl])
 
 
