@@ -226,13 +226,18 @@ class Consumer:
             return
         if self._before_commit is not None and not await self._before_commit():
             return
+        await self._commit_offsets(c, todo)
+
+    async def _commit_offsets(
+        self, c: AIOKafkaConsumer, offsets: dict[TopicPartition, int]
+    ) -> None:
         try:
-            await c.commit(todo)
-            self._committed.update(todo)
+            await c.commit(offsets)
+            self._committed.update(offsets)
         except (CommitFailedError, IllegalStateError) as e:
             # A rebalance took partitions away: their new owner resumes from the last commit
             # (at-least-once), so this is not a loss.
-            log.warning("commit of %s failed (%s); the new owner will redo them", todo, e)
+            log.warning("commit of %s failed (%s); the new owner will redo them", offsets, e)
 
     async def _commit_partitions(self, tps: set[TopicPartition]) -> None:
         c = self._consumer
@@ -303,13 +308,8 @@ class Consumer:
         before its first commit of processed offsets restarts at the reset point again, and with
         `latest` the records published meanwhile were never read (a decider killed in its first
         seconds lost its windows). Committing the start never gets ahead of the handling."""
-        if self.group_id is None:
-            return
-        try:
-            await c.commit(start)
-            self._committed.update(start)
-        except (CommitFailedError, IllegalStateError) as e:
-            log.warning("commit of the start offsets %s failed (%s)", start, e)
+        if self.group_id is not None:
+            await self._commit_offsets(c, start)
 
     async def _decode_partition(self, tp: TopicPartition, records: list[Any]) -> list[Message[Any]]:
         """Decode one partition's records in order; dead-letter the bad ones. The hot path is
