@@ -117,5 +117,5 @@ def hold_late(result: ScaleResult, late_by: float, bound: float) -> ScaleResult:
     )
     reason = Reason(rule="stale_hold", detail=detail)
     return msgspec.structs.replace(
-        result, desired=result.current, bound_by="stale_hold", reasons=[*result.reasons, reason]
+        result, desired=result.current, bound_by="stale_hold", reasons=(*result.reasons, reason)
     )
