@@ -493,6 +493,50 @@ async def test_a_new_member_commits_where_it_starts_before_handling_anything(
         await c.stop()
 
 
+async def test_a_latest_member_killed_before_its_first_fetch_loses_nothing(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    # A `latest` member (the decider) can die while its assignment hook still runs, before any
+    # fetch: its successor must read what was published since, not start at a later end.
+    t = renamed(events.DECISIONS, f"test.reset.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+    d = events.ScaleDecision(
+        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
+        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
+    )  # fmt: skip
+    async with Producer(kafka_bootstrap) as p:
+        for _ in range(3):  # before the group existed: `latest` skips these
+            await p.publish(t, d)
+        await p.flush()
+        group = f"reset-{unique_suffix}"
+        assigned = asyncio.Event()
+
+        async def hook(tps: set[TopicPartition]) -> None:
+            assigned.set()
+
+        first = Consumer(kafka_bootstrap, [t], group_id=group, auto_offset_reset="latest",
+                         on_assigned=hook)  # fmt: skip
+        await first.start()
+        try:
+            for _ in range(30):  # the group is joined on the first poll
+                await first.poll(200)
+                if assigned.is_set():
+                    break
+            assert assigned.is_set()
+        finally:
+            await first.stop()  # handled nothing, committed nothing of its own
+        for _ in range(4):
+            await p.publish(t, d)
+        await p.flush()
+    second = Consumer(kafka_bootstrap, [t], group_id=group, auto_offset_reset="latest")
+    await second.start()
+    try:
+        got = await consume_until(second, lambda g: len(g) >= 4)
+    finally:
+        await second.stop()
+    assert [m.offset for m in got] == [3, 4, 5, 6]
+
+
 # --- topics, readiness ----------------------------------------------------------------------------
 
 

@@ -174,6 +174,9 @@ class Journal:
         self._write(DecideIn(workload, now))
         self._file.flush()
 
+    def flush(self) -> None:
+        self._file.flush()
+
     def close(self) -> None:
         self._file.close()
 

@@ -82,11 +82,9 @@ def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
 class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     group_id: str = "governor-decider"
-    # Static group membership (KIP-345): a stable name per replica (a StatefulSet's pod name).
-    # A SIGKILLed decider restarted under the same name gets its partitions back at once; without
-    # one its windows wait for the group to drop the dead member (session_timeout_ms, 30 s).
-    # Leave unset where a restart gets a new name (a Deployment): a gone static member's
-    # partitions wait out the session timeout however it left.
+    # Static group membership (KIP-345), a stable name per replica (a StatefulSet's pod name): a
+    # SIGKILLed decider restarted under it gets its partitions back at once, not after the
+    # session timeout (30 s). Unset where a restart gets a new name (a Deployment).
     group_instance_id: str | None = None
     tick_seconds: float = 1.0
     step_seconds: float = 15.0
@@ -166,8 +164,7 @@ class Decider:
                 else {}
             ),
         )
-        path = settings.journal
-        # One journal per stage (replay each through a core of that role).
+        path = settings.journal  # one journal per stage (replay each through a core of that role)
         self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
         self._flushed_at = time.monotonic()
         self.tables_loaded = False  # restore() is done before run_core ticks
@@ -412,6 +409,9 @@ class Decider:
         return True
 
     async def _flush(self) -> None:
+        # Before offsets are committed: a replay must hold every input a commit covers.
+        for j in self.journals:
+            j.flush()
         due = self.stage1.checkpoints_due(time.time())
         await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
         self._flushed_at = time.monotonic()

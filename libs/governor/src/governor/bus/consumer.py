@@ -51,8 +51,10 @@ class _Revoker(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._c._commit_partitions(tps)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        tps = set(assigned)
+        await self._c._commit_reset_points(tps)
         if self._c.on_assigned is not None:
-            await self._c.on_assigned(set(assigned))
+            await self._c.on_assigned(tps)
 
 
 class Consumer:
@@ -301,6 +303,22 @@ class Consumer:
         if start:
             await self._commit_start(c, start)
         return list(batches.items())
+
+    async def _commit_reset_points(self, tps: set[TopicPartition]) -> None:
+        """With `latest`, a partition the group never committed starts at its end. Commit that
+        end (and read from it) at assignment: the first-fetch commit below comes too late for a
+        member killed while its `on_assigned` hook still ran (a decider reading its checkpoint
+        table), and its successor would start at a later end, past what came meanwhile."""
+        c = self._consumer
+        if c is None or self.group_id is None or self._options["auto_offset_reset"] != "latest":
+            return
+        new = [tp for tp in tps if await c.committed(tp) is None]
+        if not new:
+            return
+        ends = await c.end_offsets(new)
+        for tp, end in ends.items():
+            c.seek(tp, end)
+        await self._commit_offsets(c, ends)
 
     async def _commit_start(self, c: AIOKafkaConsumer, start: dict[TopicPartition, int]) -> None:
         """Commit where reading starts on a newly assigned partition, before anything of it is
