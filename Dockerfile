@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # One image for every governor service (compose.yaml, deploy/k8s): the entry point is the
 # service's console script (governor-collector, governor-cluster-collector, governor-aggregator,
-# governor-decider, governor-actuator). It installs the runtime library `governor` and the
+# governor-decider, governor-actuator, governor-metrics-adapter). It installs the runtime library `governor` and the
 # services alone; the `tools` target adds libs/governor-tools (the `governor` CLI, simulator,
 # demo; matplotlib, rich, typer, the trace datasets). Built with uv from the lock file; non-root.
 #
@@ -27,7 +27,8 @@ COPY services/collector/pyproject.toml services/collector/pyproject.toml
 COPY services/aggregator/pyproject.toml services/aggregator/pyproject.toml
 COPY services/decider/pyproject.toml services/decider/pyproject.toml
 COPY services/actuator/pyproject.toml services/actuator/pyproject.toml
-ARG SERVICES="--package governor-collector --package governor-aggregator --package governor-decider --package governor-actuator"
+COPY services/metrics-adapter/pyproject.toml services/metrics-adapter/pyproject.toml
+ARG SERVICES="--package governor-collector --package governor-aggregator --package governor-decider --package governor-actuator --package governor-metrics-adapter"
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace $SERVICES
 # Then governor itself, as wheels into the environment (no source tree needed at run time).

@@ -223,9 +223,14 @@ def _closure(lock: Mapping[str, Any], roots: list[str]) -> set[str]:
 
 def test_the_service_image_installs_the_runtime_without_the_tools() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    services = [f"governor-{name}" for name in GOVERNOR]
+    # every service package, not only compose's: deploy/k8s runs the metrics adapter from it too
+    services = []
+    for manifest in sorted((ROOT / "services").glob("*/pyproject.toml")):
+        services.append(tomllib.loads(manifest.read_text())["project"]["name"])
+        assert f"COPY {manifest.relative_to(ROOT)} " in text, manifest
+    assert {f"governor-{name}" for name in GOVERNOR} <= set(services)
     for name in services:
-        assert f"--package {name}" in text
+        assert f"--package {name}" in text, f"the service image lacks {name}"
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     image = _closure(lock, services)
     assert "governor" in image and "aiokafka" in image
