@@ -28,7 +28,8 @@ workload, so decisions keep coming). Measured, in one run:
   decider core's memory per workload (tracemalloc; the policy apart from the state proper);
 - samples/s one aggregator process sustains from a backlog written by the collector's batch path
   (MetricBatch records), beside a plain aiokafka consumer reading and msgspec-decoding the same
-  records, in the same run, per wall second and per CPU-second; and the same for a backlog of
+  records, in the same run, per wall second and per CPU-second (the aggregator's: three drains,
+  each counted from its first scrape once ready); and the same for a backlog of
   single-MetricSample records (one record per sample, as apps produce directly);
 - on each N= line: CPU per 1,000 workloads of the aggregator(s) and the decider, and the lag in
   samples (pushed, not yet aggregated) at 30 s, at the end and its maximum (every 15 s).
@@ -45,6 +46,9 @@ summed over its processes) and the lag in samples at 30 s, at the end and its ma
 deciders' messages behind (governor_bus_consumer_lag: load messages, about one per sample, and
 recommendations). The "consumer lag" lines show each service's lag by topic, in records (a
 MetricBatch record holds many samples). RSS is per 1,000 workloads too (summed over processes).
+The "decider lag per process" line shows each decider's own maximum and end lag (load and
+recommendations messages) and the decisions it made: stage 2 of a pool runs in the one decider
+that owns the pool's recommendations partition.
 
 Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
 the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
