@@ -28,7 +28,8 @@ workload, so decisions keep coming). Measured, in one run:
   decider core's memory per workload (tracemalloc; the policy apart from the state proper);
 - samples/s one aggregator process sustains from a backlog written by the collector's batch path
   (MetricBatch records), beside a plain aiokafka consumer reading and msgspec-decoding the same
-  records, in the same run, per wall second and per CPU-second; and the same for a backlog of
+  records, in the same run, per wall second and per CPU-second (the aggregator's: three drains,
+  each counted from its first scrape once ready); and the same for a backlog of
   single-MetricSample records (one record per sample, as apps produce directly);
 - on each N= line: CPU per 1,000 workloads of the aggregator(s) and the decider, and the lag in
   samples (pushed, not yet aggregated) at 30 s, at the end and its maximum (every 15 s).
@@ -45,6 +46,9 @@ summed over its processes) and the lag in samples at 30 s, at the end and its ma
 deciders' messages behind (governor_bus_consumer_lag: load messages, about one per sample, and
 recommendations). The "consumer lag" lines show each service's lag by topic, in records (a
 MetricBatch record holds many samples). RSS is per 1,000 workloads too (summed over processes).
+The "decider lag per process" line shows each decider's own maximum and end lag (load and
+recommendations messages) and the decisions it made: stage 2 of a pool runs in the one decider
+that owns the pool's recommendations partition.
 
 Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
 the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
@@ -289,6 +293,9 @@ async def latency_run(
     start = time.time()
     sent = 0
     lags: list[str] = []
+    # Each decider's own lag (load, recommendations messages) at every scrape: the split of the
+    # load between them (the one owning a pool's recommendations partition runs its stage 2).
+    decider_lags: list[list[tuple[float, float]]] = [[] for _ in deciders]
     # (seconds into the run, samples behind): samples pushed and not yet aggregated, plus the
     # decider's messages behind (load messages, about one per sample, and recommendations).
     lag_totals: list[tuple[float, int]] = []
@@ -308,6 +315,7 @@ async def latency_run(
                 rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
                 behind = _lags(*aggregators, *deciders)
                 lag_totals.append((tick - start, samples_behind(behind)))
+                _decider_lags(deciders, decider_lags)
                 lags.append(f"t+{tick - start:.0f}s {' '.join(behind)} RSS {rss_now}")
             for lo in range(0, n, 500):
                 batch = [
@@ -329,6 +337,7 @@ async def latency_run(
             await asyncio.sleep(max(0.0, 1.0 - (time.time() - tick)))
     behind = _lags(*aggregators, *deciders)
     lag_totals.append((time.time() - start, samples_behind(behind)))
+    _decider_lags(deciders, decider_lags)
     await asyncio.sleep(3)
     stop.set()
     await follower
@@ -340,6 +349,7 @@ async def latency_run(
     cpu = {k: (cpu_s(v) - cpu0[k]) / elapsed for k, v in pids.items()}
     cpu["bench"] = (time.process_time() - own0) / elapsed
     rss = {k: rss_mib(v) for k, v in pids.items()}
+    per_decider = _per_decider(deciders, decider_lags)
     for s in (collector, *aggregators, *deciders):
         s.stop()
     # Tombstones for this run's policies, workload states and checkpoints (stage 1's, keyed by
@@ -383,6 +393,7 @@ async def latency_run(
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "lags": lags,
+        "per_decider": per_decider,
         "stages": " ".join(
             f"{k} p50 {pct(v, 0.5):.3f} p99 {pct(v, 0.99):.3f};" for k, v in stages.items()
         ),
@@ -430,6 +441,36 @@ def _lags(*services: Service) -> list[str]:
     return out
 
 
+def _decider_lags(deciders: list[Service], into: list[list[tuple[float, float]]]) -> None:
+    """Append each decider's (load, recommendations) messages behind, from its /metrics."""
+    for svc, seen in zip(deciders, into, strict=True):
+        named = (x.split(":", 1)[1].rsplit("=", 1) for x in _lags(svc))
+        by_topic = {topic: float(n) for topic, n in named}
+        load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
+        recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
+        seen.append((load, recs))
+
+
+def _per_decider(deciders: list[Service], lags: list[list[tuple[float, float]]]) -> str:
+    """Per decider process: max and end of its load and recommendations lag, and the decisions
+    it published (stage 2 runs where the pool's recommendations partition is owned)."""
+    out = []
+    for i, (svc, seen) in enumerate(zip(deciders, lags, strict=True)):
+        made = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in _scrape(svc).splitlines()
+            if line.startswith("governor_decider_decisions_total{")
+        )
+        load_max = max((x for x, _ in seen), default=0.0)
+        recs_max = max((y for _, y in seen), default=0.0)
+        end = seen[-1] if seen else (0.0, 0.0)
+        out.append(
+            f"decider{i} load max {load_max:.0f} end {end[0]:.0f}, recommendations max "
+            f"{recs_max:.0f} end {end[1]:.0f}, decisions {made:.0f}"
+        )
+    return "; ".join(out)
+
+
 async def _backlog(bootstrap: str, topic: str, count: int, run: str, batched: bool) -> None:
     """`count` samples of 1,000 workloads, a second of samples at a time: through the collector's
     publisher (MetricBatch records, one per partition per flush) or one record per sample."""
@@ -475,7 +516,10 @@ async def _plain_drain(bootstrap: str, topic: str, count: int) -> tuple[float, f
 async def _aggregator_drain(
     bootstrap: str, topic: str, load_topic: str, count: int, tmp: Path, run: str
 ) -> tuple[float, float]:
-    """One aggregator process draining the backlog: samples per wall second and per CPU-second."""
+    """One aggregator process draining the backlog: samples per wall second and per CPU-second,
+    from its first /metrics scrape once ready to the end. The samples it handled while starting
+    count in neither figure: counting them against the CPU from that scrape on (0.1-1 s at
+    100,000 samples) made the figure swing 80k-1M per CPU-second."""
     agg = governor_service(
         "aggregator",
         bootstrap,
@@ -491,15 +535,28 @@ async def _aggregator_drain(
     )
     agg.start()
     assert agg.proc
-    started, cpu0 = time.perf_counter(), cpu_s(agg.proc.pid)
-    done = 0.0
+    cpu0, done0 = cpu_s(agg.proc.pid), _aggregated(agg)
+    started = time.perf_counter()
+    done = done0
     while done < count and time.perf_counter() - started < 600:
         await asyncio.sleep(0.2)
         done = _aggregated(agg)
     elapsed = time.perf_counter() - started
     cpu = cpu_s(agg.proc.pid) - cpu0
     agg.stop()
-    return done / elapsed, done / max(1e-9, cpu)
+    return (done - done0) / elapsed, (done - done0) / max(1e-9, cpu)
+
+
+async def _aggregator_drains(
+    bootstrap: str, topic: str, load_topic: str, count: int, tmp: Path, run: str, times: int
+) -> tuple[float, float]:
+    """`times` drains of the same backlog, each by a new aggregator group: the harmonic means of
+    their wall and CPU rates (a short drain's CPU is too few clock ticks to trust alone)."""
+    rates = [
+        await _aggregator_drain(bootstrap, topic, load_topic, count, tmp, f"{run}-{i}")
+        for i in range(times)
+    ]
+    return len(rates) / sum(1 / r for r, _ in rates), len(rates) / sum(1 / c for _, c in rates)
 
 
 async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, float]:
@@ -520,7 +577,8 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
     singles = max(1000, count // 10)
     await _backlog(bootstrap, single, singles, run + "s", batched=False)
     plain, plain_cpu = await _plain_drain(bootstrap, batched, count)
-    agg, agg_cpu = await _aggregator_drain(bootstrap, batched, load_topic, count, tmp, run)
+    # Three drains: one is ~1 s of CPU at the default backlog.
+    agg, agg_cpu = await _aggregator_drains(bootstrap, batched, load_topic, count, tmp, run, 3)
     single_plain, single_plain_cpu = await _plain_drain(bootstrap, single, singles)
     one, one_cpu = await _aggregator_drain(bootstrap, single, load_topic, singles, tmp, run)
     return {
@@ -700,6 +758,7 @@ async def main() -> None:
             )
             for line in r["lags"]:
                 print("   consumer lag", line)
+            print("   decider lag per process (messages):", r["per_decider"])
             print("   newest sample -> Kafka CreateTime of:", r["stages"])
             for line in r["timeline"]:
                 print("   sample->recommendation", line)

@@ -33,9 +33,7 @@ import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
-
-import msgspec
+from typing import Any
 
 from governor import cores, events
 from governor.bus import Consumer, Fetch, Message, Producer, consumer_lag, read_table
@@ -43,7 +41,6 @@ from governor.cores.decider import POOL_PREFIX, DeciderCore, Outputs
 from governor.cores.decider_memory import restoring_stages
 from governor.entry import service_settings
 from governor.ownership import Ownership
-from governor.settings import KafkaSettings
 from governor.shell import Published, merged, run_core
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
@@ -65,6 +62,7 @@ from governor_decider.metrics import (
     WORKLOAD_DECISIONS,
     pool_metrics,
 )
+from governor_decider.settings import DeciderSettings
 
 log = logging.getLogger("governor.decider")
 
@@ -77,35 +75,6 @@ def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
     if held is None:
         held = queued[topic.name] = (topic, [])
     held[1].append(value)
-
-
-class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
-    group_id: str = "governor-decider"
-    # Static group membership (KIP-345), a stable name per replica (a StatefulSet's pod name): a
-    # SIGKILLed decider restarted under it gets its partitions back at once, not after the
-    # session timeout (30 s). Unset where a restart gets a new name (a Deployment).
-    group_instance_id: str | None = None
-    tick_seconds: float = 1.0
-    step_seconds: float = 15.0
-    pending_grace_seconds: float = 60.0
-    http_host: str = "127.0.0.1"
-    http_port: int = 8083
-    log_level: str = "INFO"
-    create_topics: bool = True
-    journal: str | None = None  # path: a JSON-lines record of every input, for replay
-    # The one source of truth for policies: `governor policies apply` ("file") or the
-    # ScalingPolicy objects published by the cluster-side collector ("cluster").
-    policy_source: Literal["file", "cluster"] = "file"
-    # The names of the load, recommendations and decisions topics (same types and keys): isolated
-    # pipelines on a shared broker (test and benchmark runs, a canary decider beside the real one).
-    load_topic: str = events.LOAD.name
-    recommendations_topic: str = events.RECOMMENDATIONS.name
-    decisions_topic: str = events.DECISIONS.name
-    # Stage 2's hysteresis margin (see governor.cores.decider.DeciderCore.allocation_margin).
-    allocation_margin: float = 0.0
-    # Stage 1's checkpoints are flushed (and then the load offsets committed) this often.
-    checkpoint_seconds: float = 5.0
 
 
 class Decider:
@@ -158,6 +127,7 @@ class Decider:
             # An assignment reads the checkpoints table (seconds at 10,000 workloads on a loaded
             # machine): a 10 s session let the group drop the member meanwhile, round and round.
             session_timeout_ms=30_000,
+            max_poll_records=settings.max_poll_records,
             **(
                 {"group_instance_id": settings.group_instance_id}
                 if settings.group_instance_id
@@ -305,9 +275,15 @@ class Decider:
                     if j2 is not None:
                         j2.recommendation(value)
             now = time.time()
-            await self._decide_all(load, now, "load", stage1)
-            stage1.evaluated_on_load(load, now)
-            await self._stage2(recommended, now, "load")
+            # The two stages' publishing waits overlap: stage 1's recommendations are
+            # acknowledged while stage 2's checkpoints are (each stage keeps its own order).
+            await asyncio.gather(
+                self._stage1_on_load(load, now), self._stage2(recommended, now, "load")
+            )
+
+    async def _stage1_on_load(self, load: dict[str, None], now: float) -> None:
+        await self._decide_all(load, now, "load", self.stage1)
+        self.stage1.evaluated_on_load(load, now)
 
     async def _stage2(self, workloads: Iterable[str], now: float, trigger: str) -> None:
         """Stage 2 for these workloads: bounds-only ones each, then each pool with inventory."""
