@@ -444,7 +444,10 @@ def _lags(*services: Service) -> list[str]:
 def _decider_lags(deciders: list[Service], into: list[list[tuple[float, float]]]) -> None:
     """Append each decider's (load, recommendations) messages behind, from its /metrics."""
     for svc, seen in zip(deciders, into, strict=True):
-        named = (x.split(":", 1)[1].rsplit("=", 1) for x in _lags(svc))
+        lines = _lags(svc)
+        if not lines:  # the scrape timed out (a loaded machine): not a lag of 0
+            continue
+        named = (x.split(":", 1)[1].rsplit("=", 1) for x in lines)
         by_topic = {topic: float(n) for topic, n in named}
         load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
         recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
