@@ -154,14 +154,17 @@ def stabilize(
     history is in time order (record keeps it so), so each window is a suffix found by bisection.
     """
     up = desired
-    i = bisect_right(history, now - up_window, key=_time)
-    if i < len(history):
+    n = len(history)
+    # The bisections are skipped where the window holds all of the history or none of it (the
+    # usual cases: the down-window spans the pruned history, HPA's up-window is 0 s).
+    i = _window_start(history, n, now - up_window)
+    if i < n:
         lowest = min(history[i:] if i else history, key=_replicas)[1]
         if lowest < up:
             up = lowest
     down = desired
-    i = bisect_right(history, now - down_window, key=_time)
-    if i < len(history):
+    i = _window_start(history, n, now - down_window)
+    if i < n:
         # Slicing copies; the down-window usually spans the whole (pruned) history.
         highest = max(history[i:] if i else history, key=_replicas)[1]
         if highest > down:
@@ -174,6 +177,15 @@ def stabilize(
     return Stabilized(replicas, up, down)
 
 
+def _window_start(history: Sequence[Entry], n: int, cutoff: float) -> int:
+    """The first entry strictly newer than `cutoff` (`bisect_right` on the times)."""
+    if not n or history[-1][0] <= cutoff:
+        return n
+    if history[0][0] > cutoff:
+        return 0
+    return bisect_right(history, cutoff, key=_time)
+
+
 def record(
     history: Sequence[Entry], desired: int, now: float, step: float, horizon: float
 ) -> tuple[Entry, ...]:
@@ -182,8 +194,8 @@ def record(
     Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
     A tuple (ScaleState keeps tuples): the kept entries are sliced once, not copied and popped.
     """
-    start = bisect_right(history, now - horizon, key=_time)
     end = len(history)
+    start = _window_start(history, end, now - horizon)
     bucket = now // step
     lo = hi = desired
     while end > start and history[end - 1][0] <= now and history[end - 1][0] // step == bucket:
@@ -230,6 +242,8 @@ def record_sampled(
 
 def replicas_change(events: Sequence[Entry], period: float, now: float) -> int:
     """getReplicasChangePerPeriod over the signed events: net change strictly inside the period."""
+    if not events:
+        return 0
     cutoff = now - period
     return sum(change for t, change in events if t > cutoff)
 
