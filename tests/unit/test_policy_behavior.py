@@ -541,18 +541,3 @@ def test_record_keeps_time_order_even_when_the_clock_goes_back(times: list[float
     for i, t in enumerate(times):
         history = record(history, i, t, 15.0, 300.0)
         assert list(history) == sorted(history, key=lambda e: e[0])
-
-
-@given(
-    st.lists(st.integers(0, 40), max_size=12).map(sorted),
-    st.integers(-5, 45),
-)
-def test_window_start_is_the_bisection_it_skips(times: list[int], cutoff: int) -> None:
-    """The fast paths (all of the history in the window, or none) agree with bisect_right."""
-    from bisect import bisect_right
-
-    from governor.policy.behavior import _window_start
-
-    history = tuple((float(t), i) for i, t in enumerate(times))
-    expected = bisect_right(history, float(cutoff), key=lambda e: e[0])
-    assert _window_start(history, len(history), float(cutoff)) == expected

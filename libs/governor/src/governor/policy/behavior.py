@@ -154,17 +154,14 @@ def stabilize(
     history is in time order (record keeps it so), so each window is a suffix found by bisection.
     """
     up = desired
-    n = len(history)
-    # The bisections are skipped where the window holds all of the history or none of it (the
-    # usual cases: the down-window spans the pruned history, HPA's up-window is 0 s).
-    i = _window_start(history, n, now - up_window)
-    if i < n:
+    i = bisect_right(history, now - up_window, key=_time)
+    if i < len(history):
         lowest = min(history[i:] if i else history, key=_replicas)[1]
         if lowest < up:
             up = lowest
     down = desired
-    i = _window_start(history, n, now - down_window)
-    if i < n:
+    i = bisect_right(history, now - down_window, key=_time)
+    if i < len(history):
         # Slicing copies; the down-window usually spans the whole (pruned) history.
         highest = max(history[i:] if i else history, key=_replicas)[1]
         if highest > down:
@@ -177,15 +174,6 @@ def stabilize(
     return Stabilized(replicas, up, down)
 
 
-def _window_start(history: Sequence[Entry], n: int, cutoff: float) -> int:
-    """The first entry strictly newer than `cutoff` (`bisect_right` on the times)."""
-    if not n or history[-1][0] <= cutoff:
-        return n
-    if history[0][0] > cutoff:
-        return 0
-    return bisect_right(history, cutoff, key=_time)
-
-
 def record(
     history: Sequence[Entry], desired: int, now: float, step: float, horizon: float
 ) -> tuple[Entry, ...]:
@@ -194,8 +182,8 @@ def record(
     Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
     A tuple (ScaleState keeps tuples): the kept entries are sliced once, not copied and popped.
     """
+    start = bisect_right(history, now - horizon, key=_time)
     end = len(history)
-    start = _window_start(history, end, now - horizon)
     bucket = now // step
     lo = hi = desired
     while end > start and history[end - 1][0] <= now and history[end - 1][0] // step == bucket:
@@ -243,7 +231,7 @@ def record_sampled(
 def replicas_change(events: Sequence[Entry], period: float, now: float) -> int:
     """getReplicasChangePerPeriod over the signed events: net change strictly inside the period."""
     if not events:
-        return 0
+        return 0  # the usual case; the generator would cost more than the sum
     cutoff = now - period
     return sum(change for t, change in events if t > cutoff)
 
