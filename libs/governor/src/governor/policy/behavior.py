@@ -230,6 +230,8 @@ def record_sampled(
 
 def replicas_change(events: Sequence[Entry], period: float, now: float) -> int:
     """getReplicasChangePerPeriod over the signed events: net change strictly inside the period."""
+    if not events:
+        return 0  # the usual case; the generator would cost more than the sum
     cutoff = now - period
     return sum(change for t, change in events if t > cutoff)
 

@@ -63,6 +63,7 @@ class Compiled:
     metrics: tuple[Metric, ...]
     up_window: str
     down_window: str
+    band: str  # the tolerance band, preformatted for the reasons: "[0.9, 1.1]"
     zero: ScaleToZeroSpec | None  # scale-to-zero, when minReplicas is 0
     lo: int  # minReplicas, or 1 with scale-to-zero (0 is the zero step's)
     hi: int  # maxReplicas or the lower replicaCap, never under lo
@@ -107,6 +108,7 @@ def compile_policy(policy: ScalingPolicySpec) -> Compiled:
             if policy.event_reduction and policy.event_reduction.enabled
             else None
         ),
+        band=f"[{1 - behavior.tolerances.down:.4g}, {1 + behavior.tolerances.up:.4g}]",
         up_window=f"stabilization window {behavior.up.window:.4g} s",
         down_window=f"stabilization window {behavior.down.window:.4g} s",
         metrics=tuple(

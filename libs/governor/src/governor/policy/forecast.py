@@ -124,9 +124,9 @@ def observe(
         decayed = state.level * 2.0 ** ((at - now) / level_half_life)
         if decayed > level:
             level = decayed
-    keep = -(steps + 1)
-    loads = (*state.loads, load)[keep:]
-    levels = (*state.levels, level)[keep:]
+    # The last steps + 1 loads: sliced before the new one is added (one tuple built, not two).
+    loads = (*state.loads[-steps:], load)
+    levels = (*state.levels[-steps:], level)
     if len(levels) <= steps:  # also a state from before `levels`: refill the window first
         return msgspec.structs.replace(state, at=now, loads=loads, level=level, levels=levels)
     base, ahead = loads[0], max(loads[1:])

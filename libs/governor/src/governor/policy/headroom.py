@@ -78,14 +78,24 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             return None
     unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
-    detail = (
-        f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
-        f" = {ev.floor_load * unit:.4g} → {ev.floor}"
-    )
+    key = (f.quantile, ev.horizon)
+    head = _FORECAST_HEADS.get(key)
+    if head is None:
+        # The quantile and horizon change rarely: format them once (float formatting is a
+        # visible share of an evaluation), bounded as the horizon follows the learned start-up.
+        if len(_FORECAST_HEADS) >= 4096:
+            _FORECAST_HEADS.clear()
+        head = _FORECAST_HEADS[key] = (
+            f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
+        )
+    detail = f"{head} = {ev.floor_load * unit:.4g} → {ev.floor}"
     if f.peak_percent != 100.0:
         detail += f" (at {f.peak_percent:.4g} % of the target per replica)"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
+
+
+_FORECAST_HEADS: dict[tuple[float, float], str] = {}
 
 
 def event_reduction(ev: Evaluation, desired: int) -> int | None:

@@ -201,10 +201,7 @@ def _tolerance(
         )
         return desired, "readiness", detail
     if current and desired == current and tol.within(ratio):
-        detail = (
-            f"ratio {ratio:.4g} within tolerance"
-            f" [{1 - tol.down:.4g}, {1 + tol.up:.4g}]: holds {current}"
-        )
+        detail = f"ratio {ratio:.4g} within tolerance {ev.c.band}: holds {current}"
         return desired, "tolerance", detail
     return desired, "metric", f"{m.kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
 

@@ -92,10 +92,23 @@ def frozen_scale_down(
 def late_bound(policy: ScalingPolicySpec, step_seconds: float) -> float:
     """How far input may fall behind its lag's floor before it holds scale-downs: STALL_STEPS of
     the longest of the decision step and the policy's source intervals (a push has none)."""
-    intervals = [
-        m.source.interval_seconds for m in policy.metrics if not isinstance(m.source, PushSource)
-    ]
-    return STALL_STEPS * max([step_seconds, *intervals])
+    hit = _INTERVALS.get(id(policy))
+    if hit is None or hit[0] is not policy:
+        # Memoized by identity as `compile_policy` is (a policy is a value): the decider asks
+        # on every evaluation, and the list and isinstance checks were a visible share of one.
+        intervals = tuple(
+            m.source.interval_seconds
+            for m in policy.metrics
+            if not isinstance(m.source, PushSource)
+        )
+        if len(_INTERVALS) >= _INTERVALS_MAX:
+            del _INTERVALS[next(iter(_INTERVALS))]
+        hit = _INTERVALS[id(policy)] = (policy, intervals)
+    return STALL_STEPS * max([step_seconds, *hit[1]])
+
+
+_INTERVALS: dict[int, tuple[ScalingPolicySpec, tuple[float, ...]]] = {}
+_INTERVALS_MAX = 131_072  # as evaluation._CACHE_MAX: above the live policies
 
 
 def lag_floor(floor: float | None, floor_at: float, lag: float, now: float) -> float:
