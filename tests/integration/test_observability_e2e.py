@@ -16,7 +16,7 @@ on governor.policies and on the API server alike:
 
 Samples, load windows, recommendations and decisions go through topics of this run alone: the
 decider publishes to the decisions topic the actuator reads. The test sends each web decision
-there a second time -- a redelivery, refused as `stale` by the fence. The test also sends
+there a second time -- a redelivery, audited as a `replay` (the fence holds it: no patch). The test also sends
 decisions for a Deployment in a namespace the actuator's config allows but its RBAC does not: the
 API server answers 403, the actuation fails (`kube_403`).
 
@@ -572,7 +572,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             outcomes, codes = actuator_series()
             return (
                 "applied" in {o for o, _ in outcomes}
-                and {("refused", "stale"), ("failed", "kube_403")} <= outcomes
+                and {("replay", "replay"), ("failed", "kube_403")} <= outcomes
                 and "403" in codes
             )
 
