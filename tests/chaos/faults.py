@@ -2,7 +2,8 @@
 
 sigkill-<service>-<i>      SIGKILL one instance (its process group), start it again (the
                            cluster collectors too: one of the two is the Lease's leader)
-sigkill-both-<service>     SIGKILL both instances of a service together, start both
+sigkill-both-<service>     SIGKILL both instances of a service together, start both (the two
+                           cluster collectors too: no leader until one takes the Lease again)
 broker-kill                SIGKILL the broker, start it again (kafka.sh up, data kept)
 apiserver-restart          stop the devcluster process (kube-apiserver + etcd), start it again
 metric-source-outage       the workload simulator stops reporting samples for 20 s
@@ -114,7 +115,7 @@ def network_faults() -> list[Fault]:
 def all_faults(with_network: bool = True) -> list[Fault]:
     """Every fault once, in the order `bench/chaos.py --short` runs them."""
     out = [_kill(name, (i,)) for name in (*PAIRED, CLUSTER_COLLECTOR) for i in (0, 1)]
-    out += [_kill(name, (0, 1)) for name in PAIRED]
+    out += [_kill(name, (0, 1)) for name in (*PAIRED, CLUSTER_COLLECTOR)]
     out += [
         Fault("broker-kill", _broker_down, _broker_up),
         Fault("apiserver-restart", _apiserver_down, _apiserver_up),
