@@ -16,9 +16,9 @@ on governor.policies and on the API server alike:
 
 Samples, load windows, recommendations and decisions go through topics of this run alone: the
 decider publishes to the decisions topic the actuator reads. The test sends each web decision
-there a second time -- a redelivery, audited as a `replay` (the fence holds it: no patch). The test also sends
-decisions for a Deployment in a namespace the actuator's config allows but its RBAC does not: the
-API server answers 403, the actuation fails (`kube_403`).
+there a second time -- a redelivery, audited as a `replay` (the fence holds it: no patch). The
+test also sends decisions for a Deployment in a namespace the actuator's config allows but its
+RBAC does not: the API server answers 403, the actuation fails (`kube_403`).
 
 A cluster collector runs too, on tables of this run alone, for its metrics (the leader Lease).
 A real Prometheus (Debian's 2.42) scrapes the five services every second with governor's alert

@@ -21,16 +21,7 @@ from typing import Any, TypeVar
 
 from governor import targets
 from governor.cores import actuator as actuator_core
-from governor.cores.actuator import (
-    UNREAD,
-    Need,
-    Owners,
-    Refused,
-    Replayed,
-    TargetRead,
-    Unread,
-    decide,
-)
+from governor.cores.actuator import UNREAD, Need, Owners, Refused, TargetRead, Unread, decide
 from governor.events import Actuation, ActuationOutcome, ScaleDecision
 from governor.kube import Kube, KubeError
 from governor.policy import actuation as core
@@ -270,8 +261,12 @@ class Actuator:
                 return await self._refused(
                     decision, known, verdict.state, verdict.refusal, notify=verdict.notify, obj=obj
                 )
-            if isinstance(verdict, Replayed):
-                return await self._replayed(decision, known, verdict.state, obj)
+            if isinstance(verdict, actuator_core.Replayed):
+                # The audit record of a patch whose first one was lost; quiet: its Event and
+                # status are not written twice (the other actuator may be the one replaying).
+                why = f"seq {decision.seq} already applied (the target's fence holds it); no patch"
+                return await self._finish(decision, known, verdict.state, "replay", why, obj,
+                                          None, code="replay", quiet=True)  # fmt: skip
             assert known is not None and located is not None
             try:
                 result = await self._patch(decision, known, located[0], verdict.plan.patch)
@@ -377,20 +372,6 @@ class Actuator:
             None,
             code=refusal.code,
             quiet=quiet,
-        )
-
-    async def _replayed(
-        self,
-        decision: ScaleDecision,
-        policy: ScalingPolicy | None,
-        state: core.TargetState,
-        obj: dict[str, Any] | None,
-    ) -> Actuation:
-        # The audit record of a patch whose first record was lost; quiet: the target's Event
-        # and status of that patch are not written twice (the other actuator may be the one).
-        reason = f"seq {decision.seq} already applied (the target's fence holds it); no patch"
-        return await self._finish(
-            decision, policy, state, "replay", reason, obj, None, code="replay", quiet=True
         )
 
     async def _finish(
