@@ -4,7 +4,9 @@ of everything the checks read.
 
 `ChaosRun` is an async context manager: it installs the workloads, starts the services (two
 collectors, aggregators, deciders and actuators, each pair in one consumer group; two cluster
-collectors on one Lease, of which only the leader publishes), the simulator, the recorder
+collectors on one Lease, of which only the leader publishes), the Prometheus the first
+`prom.PULLED` services' policies query (prom.py; the simulator pushes for the others), the
+simulator, the recorder
 (decisions, Actuations and load windows from the topics) and the sampler (every target's spec
 replicas and seq annotation from the API server). `episode(fault)` moves the load on, injects
 the fault, holds it, heals it, waits for convergence to the reference and returns the fault's
