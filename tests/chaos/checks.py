@@ -159,12 +159,16 @@ def scale_downs_on_missing_data(
     return bad
 
 
+# What audits a seq the target carries: the patch's own record, or (the actuator killed between
+# its patch and the audit send, so the decision was redelivered) the redelivery's `replay`.
+AUDITS_A_PATCH: frozenset[events.ActuationOutcome] = frozenset({"applied", "noop", "replay"})
+
+
 def unaudited(samples: Iterable[SpecSample], actuations: Iterable[events.Actuation]) -> int:
     """Seqs a target carried (its seq annotation: a decision was applied) with no Actuation
-    for that (workload, seq) on the audit topic. An actuator killed between its patch and the
-    audit send leaves the decision uncommitted: its redelivery is refused as "already applied
-    (replay)", and that record, naming the decision, is its audit; none at all is a loss."""
-    audited = {(a.workload, a.seq) for a in actuations}
+    saying so (`AUDITS_A_PATCH`) for that (workload, seq) on the audit topic. A refusal does
+    not count: it says the decision was not applied."""
+    audited = {(a.workload, a.seq) for a in actuations if a.outcome in AUDITS_A_PATCH}
     carried = {(s.workload, s.seq) for s in samples if s.seq is not None}
     return len(carried - audited)
 

@@ -2,10 +2,12 @@
 
 sigkill-<service>-<i>      SIGKILL one instance (its process group), start it again (the
                            cluster collectors too: one of the two is the Lease's leader)
-sigkill-both-<service>     SIGKILL both instances of a service together, start both
+sigkill-both-<service>     SIGKILL both instances of a service together, start both (the two
+                           cluster collectors too: no leader until one takes the Lease again)
 broker-kill                SIGKILL the broker, start it again (kafka.sh up, data kept)
 apiserver-restart          stop the devcluster process (kube-apiserver + etcd), start it again
-metric-source-outage       the workload simulator stops reporting samples for 20 s
+metric-source-outage       every metric source down for 20 s: the Prometheus the pulled workloads'
+                           policies query is stopped (prom.py), the simulator's pushes stop
 node-unhealthy             a node of the pool NotReady with the unreachable taint for 20 s
 decider-broker-latency-2s         (Toxiproxy) 2 s each way between the deciders and the broker, 20 s
 decider-broker-partition-20s      (Toxiproxy) the deciders cut off from the broker for 20 s
@@ -57,11 +59,13 @@ async def _apiserver_up(run: ChaosRun) -> None:
     await asyncio.to_thread(run.control_plane.start)
 
 
-async def _mute(run: ChaosRun) -> None:
+async def _sources_down(run: ChaosRun) -> None:
     run.kubelet.muted = True
+    await asyncio.to_thread(run.prom.server.stop)
 
 
-async def _unmute(run: ChaosRun) -> None:
+async def _sources_up(run: ChaosRun) -> None:
+    await asyncio.to_thread(run.prom.server.start)
     run.kubelet.muted = False
 
 
@@ -114,11 +118,11 @@ def network_faults() -> list[Fault]:
 def all_faults(with_network: bool = True) -> list[Fault]:
     """Every fault once, in the order `bench/chaos.py --short` runs them."""
     out = [_kill(name, (i,)) for name in (*PAIRED, CLUSTER_COLLECTOR) for i in (0, 1)]
-    out += [_kill(name, (0, 1)) for name in PAIRED]
+    out += [_kill(name, (0, 1)) for name in (*PAIRED, CLUSTER_COLLECTOR)]
     out += [
         Fault("broker-kill", _broker_down, _broker_up),
         Fault("apiserver-restart", _apiserver_down, _apiserver_up),
-        Fault("metric-source-outage", _mute, _unmute, hold_s=OUTAGE_S),
+        Fault("metric-source-outage", _sources_down, _sources_up, hold_s=OUTAGE_S),
         Fault("node-unhealthy", _node_down, _node_up, hold_s=OUTAGE_S),
     ]
     return out + (network_faults() if with_network else [])

@@ -4,7 +4,9 @@ of everything the checks read.
 
 `ChaosRun` is an async context manager: it installs the workloads, starts the services (two
 collectors, aggregators, deciders and actuators, each pair in one consumer group; two cluster
-collectors on one Lease, of which only the leader publishes), the simulator, the recorder
+collectors on one Lease, of which only the leader publishes), the Prometheus the first
+`prom.PULLED` services' policies query (prom.py; the simulator pushes for the others), the
+simulator, the recorder
 (decisions, Actuations and load windows from the topics) and the sampler (every target's spec
 replicas and seq annotation from the API server). `episode(fault)` moves the load on, injects
 the fault, holds it, heals it, waits for convergence to the reference and returns the fault's
@@ -41,6 +43,7 @@ from governor_tools.demo.run import install
 from governor_tools.toxiproxy import Toxiproxy
 from tests.chaos import checks
 from tests.chaos.load import SPEED, LoadPlan, Reference, reference, web_policy, web_services
+from tests.chaos.prom import PULLED, PromSource
 from tests.support.procs import Service, governor_service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,6 +268,15 @@ class Sampler:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class _Kubelet(Kubelet):
+    """The demo's simulator, pushing no samples for the workloads a pull source reads."""
+
+    pulled: frozenset[str] = frozenset()  # workload ids
+
+    def samples(self, now: float) -> list[dict[str, Any]]:
+        return [x for x in super().samples(now) if x["workload"] not in self.pulled]
+
+
 Step = Callable[["ChaosRun"], Awaitable[None]]
 
 
@@ -292,7 +304,8 @@ class ChaosRun:
     plan: LoadPlan = field(init=False)
     recorder: Recorder = field(init=False)
     kube: Kube = field(init=False)
-    kubelet: Kubelet = field(init=False)
+    kubelet: _Kubelet = field(init=False)
+    prom: PromSource = field(init=False)
     sampler: Sampler = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
@@ -307,19 +320,26 @@ class ChaosRun:
         await ensure_topics(self.bootstrap)
         self.kube = Kube(await self._stack.enter_async_context(await connect(self.kubeconfig)))
         await self._clean()
+        pulled = self._start_prometheus()
         loads = {s.name: self.plan.level(i, 0) for i, s in enumerate(self.plan.services)}
+
+        def policy(s: sc.WebService, ts: sc.TimeScale) -> dict[str, Any]:
+            obj = web_policy(s, ts)
+            return self.prom.policy(obj, s) if s in pulled else obj
+
         await install(self.kube, sc.TimeScale(SPEED), loads, lambda _: None,
-                      services=self.plan.services, policy=web_policy, with_twins=False)  # fmt: skip
+                      services=self.plan.services, policy=policy, with_twins=False)  # fmt: skip
         await asyncio.to_thread(self._start_services)
         ts = sc.TimeScale(SPEED)
         urls = [f"http://127.0.0.1:{c.port}/v1/samples" for c in self.services["collector"]]
-        self.kubelet = Kubelet(
+        self.kubelet = _Kubelet(
             self.kube, push_url=urls[0], load=self.plan.load, services=self.plan.services,
             push_fallbacks=tuple(urls[1:]),
             sample_period_s=min(0.5, ts.wall(sc.TRACE_SAMPLE_PERIOD)),
             web_startup_s=ts.wall(sc.TRACE_WEB_STARTUP),
             train_startup_s=ts.wall(sc.TRACE_TRAIN_STARTUP),
         )  # fmt: skip
+        self.kubelet.pulled = frozenset(s.workload for s in pulled)
         self.recorder = Recorder(self.bootstrap)
         self.sampler = Sampler(self.kube)
         for name, coro in (("kubelet", self.kubelet.run()), ("recorder", self.recorder.run()),
@@ -329,6 +349,16 @@ class ChaosRun:
         self.plan.t0 = time.time()
         self.kubelet.go_live()
         return self
+
+    def _start_prometheus(self) -> tuple[sc.WebService, ...]:
+        """The pull source's Prometheus, and the feed of its gauge: the services it serves."""
+        self.prom = PromSource(self.out)
+        self.prom.start()
+        self._stack.callback(self.prom.stop)
+        pulled = self.plan.services[:PULLED]
+        feed = self.prom.feed(self.plan, frozenset(s.name for s in pulled))
+        self._tasks.append(asyncio.create_task(feed, name="prometheus-feed"))
+        return pulled
 
     async def _clean(self) -> None:
         """No target, pod or policy left in the namespace by an earlier run on this control
@@ -420,7 +450,8 @@ class ChaosRun:
                 live.setdefault(s.workload, []).append(
                     (round(s.at - heal, 1), s.replicas, ref(s.workload, s.at))
                 )
-        applied = {(a.workload, a.seq) for a in self.recorder.actuations}
+        applied = {(a.workload, a.seq) for a in self.recorder.actuations
+                   if a.outcome in checks.AUDITS_A_PATCH}  # fmt: skip
         carried = {(s.workload, s.seq) for s in self.sampler.samples if s.seq is not None}
         missing = sorted(carried - applied)
         near = {(w, q + d) for w, q in missing for d in (-1, 0, 1)}

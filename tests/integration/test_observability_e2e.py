@@ -16,9 +16,10 @@ on governor.policies and on the API server alike:
 
 Samples, load windows, recommendations and decisions go through topics of this run alone: the
 decider publishes to the decisions topic the actuator reads. The test sends each web decision
-there a second time -- a redelivery, refused as `stale` by the fence. The test also sends
-decisions for a Deployment in a namespace the actuator's config allows but its RBAC does not: the
-API server answers 403, the actuation fails (`kube_403`).
+there a second time -- a redelivery, audited as a `replay` (the fence holds it: no patch) -- and
+the web decision before it once more, refused as `stale` (the fence is past it). The test also
+sends decisions for a Deployment in a namespace the actuator's config allows but its RBAC does
+not: the API server answers 403, the actuation fails (`kube_403`).
 
 A cluster collector runs too, on tables of this run alone, for its metrics (the leader Lease).
 A real Prometheus (Debian's 2.42) scrapes the five services every second with governor's alert
@@ -448,7 +449,8 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
 
     async def cluster() -> None:
         """Every decision of the decider is taken up at once by its workload; web's are sent to
-        the actuator a second time (a redelivery)."""
+        the actuator a second time (a redelivery: a replay), with the one before (stale)."""
+        previous: list[events.ScaleDecision] = []
         while True:
             for m in await follow.poll(500):
                 d = m.value
@@ -456,7 +458,9 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
                     continue  # the test's own: forbidden's, and the redeliveries
                 decided[d.decision_id] = d
                 if d.workload == web:
-                    await producer.send(decisions_topic, d)
+                    for again in (d, *previous):
+                        await producer.send(decisions_topic, again)
+                    previous = [d]
                 if d.workload in requests:
                     await producer.send(events.WORKLOADS, state(d.workload, d.to_replicas))
 
@@ -572,7 +576,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             outcomes, codes = actuator_series()
             return (
                 "applied" in {o for o, _ in outcomes}
-                and {("refused", "stale"), ("failed", "kube_403")} <= outcomes
+                and {("replay", "replay"), ("refused", "stale"), ("failed", "kube_403")} <= outcomes
                 and "403" in codes
             )
 

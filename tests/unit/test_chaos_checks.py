@@ -102,7 +102,9 @@ def test_an_applied_seq_without_its_actuation_is_unaudited() -> None:
     assert unaudited(samples, [act(1, 1.0), act(2, 2.0)]) == 1 - 1
     assert unaudited(samples, [act(1, 1.0)]) == 1
     # the replay of a decision applied by an actuator killed before its audit send
-    assert unaudited(samples, [act(1, 1.0), act(2, 9.0, "refused")]) == 0
+    assert unaudited(samples, [act(1, 1.0), act(2, 9.0, "replay")]) == 0
+    # a refusal says the seq was not applied: it audits nothing
+    assert unaudited(samples, [act(1, 1.0), act(2, 9.0, "refused")]) == 1
     assert unaudited(samples, [act(1, 1.0), act(3, 2.0)]) == 1
 
 

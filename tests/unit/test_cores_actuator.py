@@ -17,7 +17,7 @@ from tests.unit.test_actuation import RULES, apply_patch, decision, deployment, 
 NO_OWNERS = c.Owners([], [])
 
 
-def run(d: Any, found: dict[str, Any]) -> tuple[c.Patch | c.Refused, list[str]]:
+def run(d: Any, found: dict[str, Any]) -> tuple[c.Patch | c.Replayed | c.Refused, list[str]]:
     """`decide` driven like the shell drives it, recording the reads it asked for."""
     reads: list[str] = []
     p: Any = c.UNREAD
@@ -94,19 +94,53 @@ def test_a_stale_decision_is_refused_with_the_state_it_was_checked_against() -> 
     assert v.state is not None and v.state.replicas == 3
 
 
+def test_a_decision_already_on_the_fence_is_a_replay_with_no_patch() -> None:
+    """The actuator patched, then died before its audit send: the redelivered decision (to it
+    restarted, or to the other actuator) finds its own seq and digest on the target."""
+    d = decision(seq=5, to=4)
+    found = {
+        "policy": policy(),
+        "target": c.TargetRead(pointer="/spec/replicas", obj=deployment(2)),
+    }
+    first, _ = run(d, found)
+    assert isinstance(first, c.Patch)
+    patched = apply_patch(deployment(2), first.plan.patch)
+    again, reads = run(d, {**found, "target": c.TargetRead(pointer="/spec/replicas", obj=patched)})
+    assert reads == ["policy", "owners", "target"]
+    assert isinstance(again, c.Replayed) and again.state.replicas == 4
+    # the same seq with another body is not a replay: a conflict, refused
+    other, _ = run(
+        decision(seq=5, to=3),
+        {**found, "target": c.TargetRead(pointer="/spec/replicas", obj=patched)},
+    )
+    assert isinstance(other, c.Refused) and other.refusal.code == "seq_conflict"
+    # applied, then paused: still a replay (it was applied; there is nothing to pause)
+    paused = apply_patch(
+        patched,
+        [{"op": "add", "path": "/metadata/annotations/governor.dev~1paused", "value": "true"}],
+    )
+    held, _ = run(d, {**found, "target": c.TargetRead(pointer="/spec/replicas", obj=paused)})
+    assert isinstance(held, c.Replayed)
+
+
 @given(
     seq=st.integers(-2, 20),
     to=st.integers(-2, 15),
     applied=st.none() | st.integers(1, 20),
     replicas=st.integers(0, 12),
+    same_digest=st.booleans(),
 )
 def test_decide_is_the_same_verdict_as_the_seven_calls_in_order(
-    seq: int, to: int, applied: int | None, replicas: int
+    seq: int, to: int, applied: int | None, replicas: int, same_digest: bool
 ) -> None:
-    """The old shell's order, written out: precheck, admit, other_owners, read_target, plan."""
+    """The old shell's order, written out: precheck, admit, other_owners, read_target, then a
+    replay when the fence holds this decision, else plan."""
     d = decision(seq=seq, to=to)
     p = policy()
-    obj = deployment(replicas, annotations={a.ANN_SEQ: str(applied)} if applied else {})
+    ann = {a.ANN_SEQ: str(applied)} if applied else {}
+    if applied and same_digest:
+        ann[a.ANN_DIGEST] = a.decision_digest(d)
+    obj = deployment(replicas, annotations=ann)
     v, _ = run(d, {"policy": p, "target": c.TargetRead(pointer="/spec/replicas", obj=obj)})
     expected: Any = (
         a.precheck(d, RULES) or a.admit(d, p, RULES) or a.other_owners(p.spec.target_ref, [], [])
@@ -114,6 +148,9 @@ def test_decide_is_the_same_verdict_as_the_seven_calls_in_order(
     if expected is None:
         state = a.read_target(obj, p.spec.target_ref, "/spec/replicas")
         assert not isinstance(state, a.Refusal)
+        if a.is_replay(d, state.annotations, a.decision_digest(d)):
+            assert isinstance(v, c.Replayed) and applied == seq and same_digest
+            return
         expected = a.plan(d, p, state, digest=a.decision_digest(d))
     if isinstance(expected, a.Refusal):
         assert isinstance(v, c.Refused) and v.refusal == expected

@@ -293,7 +293,9 @@ class ScaleDecision(Event):
     evaluated_at: float = 0.0
 
 
-ActuationOutcome = Literal["applied", "refused", "failed", "dry_run", "noop"]
+# "replay": the decision was already applied (the target's fence holds its seq and digest), e.g.
+# redelivered to an actuator after the one that patched it died before committing; no patch.
+ActuationOutcome = Literal["applied", "refused", "failed", "dry_run", "noop", "replay"]
 
 
 class Actuation(Event):

@@ -261,6 +261,12 @@ class Actuator:
                 return await self._refused(
                     decision, known, verdict.state, verdict.refusal, notify=verdict.notify, obj=obj
                 )
+            if isinstance(verdict, actuator_core.Replayed):
+                # The audit record of a patch whose first one was lost; quiet: its Event and
+                # status are not written twice (the other actuator may be the one replaying).
+                why = f"seq {decision.seq} already applied (the target's fence holds it); no patch"
+                return await self._finish(decision, known, verdict.state, "replay", why, obj,
+                                          None, code="replay", quiet=True)  # fmt: skip
             assert known is not None and located is not None
             try:
                 result = await self._patch(decision, known, located[0], verdict.plan.patch)

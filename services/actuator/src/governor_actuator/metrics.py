@@ -6,7 +6,7 @@ from prometheus_client import Counter, Histogram
 
 ACTUATIONS = Counter(
     "governor_actuator_actuations",
-    "Decisions handled, by outcome (applied, noop, refused, failed, dry_run) and reason "
+    "Decisions handled, by outcome (applied, noop, replay, refused, failed, dry_run) and reason "
     "(the refusal code, the failure, or the decision's binding rule).",
     ["outcome", "reason"],
 )

@@ -3,14 +3,15 @@
 `decide(decision, policy, owners, target, rules)` is the whole order of the checks in one place:
 the message alone (`precheck`), the ScalingPolicy as the API server has it (`admit`), the other
 autoscalers of the namespace (`other_owners`), the target (`read_target`), the fenced patch
-(`plan`). What the shell has not read yet is `UNREAD`; `decide` then answers `Need` naming the
-next read, so a decision refused early costs no further API call and the shell never knows the
-order itself:
+(`plan`), unless the target's fence already holds the decision (`Replayed`: it was applied, by
+this actuator before a restart or by the other one). What the shell has not read yet is
+`UNREAD`; `decide` then answers `Need` naming the next read, so a decision refused early costs
+no further API call and the shell never knows the order itself:
 
     policy = owners = target = UNREAD
     while isinstance(v := decide(decision, policy, owners, target, rules), Need):
         ...read v.what...
-    # v is a Patch (send it) or a Refused (record it)
+    # v is a Patch (send it), a Replayed (audit it) or a Refused (record it)
 
 After the patch, `patch_error` says what a failed one means (the fence moved: re-read and decide
 again; the API server or RBAC said no; or an error to retry as a whole), and `event` is the
@@ -36,6 +37,7 @@ __all__ = [
     "Owners",
     "Patch",
     "Refused",
+    "Replayed",
     "TargetRead",
     "decide",
     "event",
@@ -90,13 +92,22 @@ class Refused(msgspec.Struct, frozen=True):
     notify: bool = True
 
 
+class Replayed(msgspec.Struct, frozen=True):
+    """The target's fence already holds this decision (its seq and digest): it was applied, and
+    the actuator that patched it did not commit it (killed before its audit, or the other
+    actuator's redelivery). Nothing to send; the Actuation says `replay`, so every applied
+    decision has its audit record even when the first one was lost."""
+
+    state: TargetState
+
+
 def decide(
     decision: ScaleDecision,
     policy: ScalingPolicy | PolicyError | Unread | None,
     owners: Owners | Unread,
     target: TargetRead | Unread,
     rules: ActuatorRules,
-) -> Patch | Refused | Need:
+) -> Patch | Replayed | Refused | Need:
     """The verdict on `decision` given what was read so far (see the module docstring)."""
     early = rules_.precheck(decision, rules)
     if early is not None:
@@ -131,7 +142,10 @@ def decide(
     state = rules_.read_target(target.obj, ref, target.pointer)
     if isinstance(state, Refusal):
         return Refused(state)
-    planned = rules_.plan(decision, policy, state, digest=rules_.decision_digest(decision))
+    digest = rules_.decision_digest(decision)
+    if rules_.is_replay(decision, state.annotations, digest):
+        return Replayed(state)
+    planned = rules_.plan(decision, policy, state, digest=digest)
     if isinstance(planned, Refusal):
         return Refused(planned, state)
     return Patch(planned, state)

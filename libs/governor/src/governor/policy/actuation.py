@@ -394,6 +394,12 @@ def applied_seq(annotations: Mapping[str, str] | None) -> int | Refusal:
     return value
 
 
+def is_replay(decision: ScaleDecision, annotations: Mapping[str, str] | None, digest: str) -> bool:
+    """The target's fence holds this very decision (its seq and its digest): it was applied."""
+    stored = (annotations or {}).get(ANN_DIGEST)
+    return applied_seq(annotations) == decision.seq and stored == digest
+
+
 def check_fence(
     decision: ScaleDecision, annotations: Mapping[str, str] | None, digest: str
 ) -> Refusal | None:
@@ -404,8 +410,7 @@ def check_fence(
     if decision.seq < current:
         return Refusal("stale", f"seq {decision.seq} < applied seq {current}")
     if decision.seq == current:
-        stored = (annotations or {}).get(ANN_DIGEST)
-        if stored == digest:
+        if is_replay(decision, annotations, digest):
             return Refusal("stale", f"seq {decision.seq} already applied (replay)")
         return Refusal(
             "seq_conflict",
