@@ -463,6 +463,13 @@ async def test_a_restarted_consumer_resumes_from_its_committed_offset(
     assert got[0].offset == 40
 
 
+def _decision() -> events.ScaleDecision:
+    return events.ScaleDecision(
+        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
+        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
+    )  # fmt: skip
+
+
 async def test_a_new_member_commits_where_it_starts_before_handling_anything(
     kafka_bootstrap: str, unique_suffix: str
 ) -> None:
@@ -470,10 +477,7 @@ async def test_a_new_member_commits_where_it_starts_before_handling_anything(
     # group's reset point again (with `latest`, what was published meanwhile is never read).
     t = renamed(events.DECISIONS, f"test.start.{unique_suffix}", partitions=1)
     await ensure_topics(kafka_bootstrap, [t])
-    d = events.ScaleDecision(
-        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
-        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
-    )  # fmt: skip
+    d = _decision()
     async with Producer(kafka_bootstrap) as p:
         for _ in range(5):
             await p.publish(t, d)
@@ -500,10 +504,7 @@ async def test_a_latest_member_killed_before_its_first_fetch_loses_nothing(
     # fetch: its successor must read what was published since, not start at a later end.
     t = renamed(events.DECISIONS, f"test.reset.{unique_suffix}", partitions=1)
     await ensure_topics(kafka_bootstrap, [t])
-    d = events.ScaleDecision(
-        decision_id="d", workload="ns/Deployment/web", seq=1, from_replicas=1, to_replicas=2,
-        reasons=[], inputs=[], policy_generation=1, newest_input=0, decided_at=0,
-    )  # fmt: skip
+    d = _decision()
     async with Producer(kafka_bootstrap) as p:
         for _ in range(3):  # before the group existed: `latest` skips these
             await p.publish(t, d)
