@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -271,3 +272,78 @@ def test_a_checkpoint_read_at_an_assignment_goes_to_the_stage_that_owns_its_key(
     assert restoring_stages(cp("ns/Deployment/web", 7)) == (0, 1)
     assert restoring_stages(cp("decision:ns/Deployment/web", 7)) == (1,)
     assert restoring_stages(cp("pool:gpu", 3)) == (1,)
+
+
+def _late_split(inventory: bool) -> Split:
+    """10 pods serving 10 rps (the metric asks for the minimum, 2): stage 1 recommends 10 until
+    the 10 recorded first ages out of the 300 s scale-down stabilization window. A 5 s step:
+    input later than its floor by 10 s holds."""
+    split = Split()
+    for core in (split.stage1, split.stage2):
+        core.step_seconds = 5.0
+        if inventory:
+            core.on_node(NodeState(node="n1", pool="default", allocatable={"cpu": 64.0}))
+    split.stage1.republish_seconds = 0.0  # a recommendation every evaluation, as with inventory
+    split.on_workload(state(10, 999.0))
+    return split
+
+
+def _stage2(split: Split, now: float, inventory: bool) -> ScaleDecision | None:
+    if inventory:
+        decisions = split.stage2.decide_pool("default", now).decisions
+        return decisions[0] if decisions else None
+    return split.stage2.decide(WL, now).decision
+
+
+@pytest.mark.parametrize("inventory", [False, True], ids=["bounds-only", "pool"])
+def test_stage2_holds_a_scale_down_whose_recommendation_arrives_late(inventory: bool) -> None:
+    """A recommendation stage 1 made on fresh input, held in transit (its decider cut off from
+    the broker for 20 s, the publish acknowledged at the heal): stage 2 must not lower replicas
+    on it, though stage 1 rightly did not hold it. The next fresh one lowers them."""
+    split = _late_split(inventory)
+    t, late = 1000.0, None
+    while late is None:
+        t += 5.0
+        for w in windows(t, 10.0):
+            split.stage1.on_window(w)
+        rec = split.stage1.decide(WL, t).recommendation
+        assert rec is not None
+        if rec.desired < 10:
+            late = rec  # the stabilization window aged out: a scale-down, on fresh input
+            break
+        split.stage2.on_recommendation(rec)
+        assert _stage2(split, t, inventory) is None
+    assert not any(r.rule == "stale_hold" for r in late.reasons)
+    split.stage2.on_recommendation(late)
+    assert _stage2(split, late.computed_at + 20.8, inventory) is None
+    t = late.computed_at + 21.0
+    for w in windows(t, 10.0):
+        split.stage1.on_window(w)
+    fresh = split.stage1.decide(WL, t).recommendation
+    assert fresh is not None
+    split.stage2.on_recommendation(fresh)
+    d = _stage2(split, t, inventory)
+    assert d is not None and d.to_replicas == fresh.desired < 10
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.floats(min_value=0.0, max_value=60.0),
+    st.lists(st.floats(min_value=0.0, max_value=4.0), min_size=80, max_size=80),
+)
+def test_a_steady_transit_delay_with_jitter_does_not_hold_stage2(
+    delay: float, jitter: list[float]
+) -> None:
+    """Every recommendation reaching stage 2 `delay` s (+ under a step of jitter) after stage 1
+    made it (a slow link, a skewed clock): the floor absorbs it, the scale-down goes through."""
+    split = _late_split(inventory=False)
+    decided = None
+    for i, extra in enumerate(jitter):
+        t = 1005.0 + 5.0 * i
+        for w in windows(t, 10.0):
+            split.stage1.on_window(w)
+        rec = split.stage1.decide(WL, t).recommendation
+        assert rec is not None
+        split.stage2.on_recommendation(rec)
+        decided = decided or _stage2(split, t + delay + extra, inventory=False)
+    assert decided is not None and decided.to_replicas < 10

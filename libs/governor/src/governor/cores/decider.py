@@ -12,7 +12,8 @@ Rules it keeps:
 - a decision is published when the bounded desire differs from that current, or when an earlier
   request was not taken up within `pending_grace` (it is sent again, with a new seq);
 - seq is per workload and only grows; a decision never uses older input than the last one did,
-  nor lowers replicas on input no newer (`frozen_scale_down`) or running late (`held_when_late`);
+  nor lowers replicas on input no newer (`frozen_scale_down`) or running late (`held_when_late`;
+  a split stage 2 judges it again as a recommendation arrives: `held_in_transit`);
 - a decision's checkpoint (seq, history, rate-limit events, panic state) is acknowledged first.
 
 Stage 2 (`policy.rebalance`). A pool "has inventory" once the cluster table holds a node of it.
@@ -56,10 +57,12 @@ from governor.cores.decider_memory import (
     PoolMemory,
     Stage1View,
     checkpoint_of,
+    held_in_transit,
     held_when_late,
     memory_of,
     pool_memory_of,
 )
+from governor.cores.decider_memory import pool_key as pool_key
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -94,11 +97,6 @@ from governor.spec import ScalingPolicy, ScalingPolicySpec
 Role = Literal["both", "stage1", "stage2"]
 Evaluate = Callable[..., tuple[ScaleResult, ScaleState]]
 """governor.policy.evaluate(policy, inputs, state, now, *, step_seconds) -> (result, state)."""
-
-
-def pool_key(pool: str) -> str:
-    """The checkpoint key of a pool's allocation (the decider-state topic is keyed by workload)."""
-    return POOL_PREFIX + pool
 
 
 @dataclass
@@ -446,6 +444,8 @@ class DeciderCore:
         measured = rec.throughput is not None and observed.ready_replicas == current
         if self.role == "stage2" and measured and rec.throughput is not None:
             mem.elastic = el.measured(mem.elastic, current, rec.throughput)
+        if self.role == "stage2":  # "both" judged the input as it evaluated (`_stage1`)
+            rec = held_in_transit(mem, policy.spec, rec, current, now, self.step_seconds)
         result = ScaleResult(
             desired=rec.desired,
             current=rec.current,
@@ -516,7 +516,7 @@ class DeciderCore:
             stage1[workload] = s1
             members.append(
                 Member(
-                    rec=rec,
+                    rec=s1.rec,  # as stage 2 judged it (`held_in_transit`)
                     current=s1.current,
                     elastic=s1.policy.spec.elastic,
                     state=s1.mem.elastic,

@@ -29,6 +29,11 @@ POOL_PREFIX = "pool:"
 DECISION_PREFIX = "decision:"  # a stage-2 core's per-workload checkpoints
 
 
+def pool_key(pool: str) -> str:
+    """The checkpoint key of a pool's allocation (the decider-state topic is keyed by workload)."""
+    return POOL_PREFIX + pool
+
+
 def restoring_stages(cp: DeciderCheckpoint) -> tuple[int, ...]:
     """Which split cores (0: stage 1, 1: stage 2) restore a checkpoint read at an assignment.
 
@@ -67,6 +72,38 @@ def held_when_late(
     mem.lag_floor_at = now
     late_by = 0.0 if floor is None else lag - mem.lag_floor
     return stale.hold_late(result, late_by, stale.late_bound(policy, step))
+
+
+def held_in_transit(
+    mem: Memory,
+    policy: ScalingPolicySpec,
+    rec: Recommendation,
+    current: int,
+    now: float,
+    step: float,
+) -> Recommendation:
+    """Stage 2's own late-input hold (a split core): `rec` with its scale-down held
+    (desired = `current`, stage 2's view) while its input runs late at `now`; updates the
+    workload's lag floor in stage 2's memory.
+
+    Stage 1's hold judges the input when it evaluates; a recommendation made on fresh input can
+    still reach stage 2 late: a decider cut off from the broker holds its publish until the
+    heal, and the pool's allocation would then lower replicas on what the load was 20 s before
+    (the CI subset's decider-broker-partition-20s: web-05 2 -> 1 at the heal + 0.2 s on input
+    20.8 s old). Stage 2's lag is its own clock minus the input's newest sample, against its
+    own floor, so a steady offset holds nothing here either."""
+    probe = ScaleResult(
+        desired=rec.desired,
+        current=current,
+        bound_by="metric",
+        reasons=rec.reasons,
+        inputs=rec.inputs,
+        newest_input=rec.newest_input,
+    )
+    held = held_when_late(mem, policy, probe, now, step)
+    if held is probe:
+        return rec
+    return msgspec.structs.replace(rec, desired=held.desired, reasons=list(held.reasons))
 
 
 @dataclass
