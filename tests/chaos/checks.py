@@ -139,18 +139,23 @@ POOL_CUTS: frozenset[events.Rule] = frozenset({"capacity", "priority", "fair_sha
 
 
 def scale_downs_on_missing_data(
-    decisions: Iterable[events.ScaleDecision], start: float, end: float, reference: Reference
+    decisions: Iterable[events.ScaleDecision],
+    start: float,
+    end: float,
+    reference: Reference,
+    exempt: Collection[events.Rule] = POOL_CUTS,
 ) -> int:
     """Decisions made in [start, end] (the fault and its heal) that scale down on missing
     data: a fallback scale-down, or a scale-down below what the reference asks within ALIGN_S
     (less the tolerance), which the load never called for. A cut the pool's allocation made
-    (`POOL_CUTS`: a node left the pool, a higher tier took the room) is not on data: the
-    reference replays each workload alone, with no pool to run out of."""
+    (`POOL_CUTS`: a node left the pool, a higher tier took the room) is exempt while the
+    reference replays each workload alone, with no pool to run out of; against a reference
+    that allocates the pool (`pool.PoolReference`, `exempt` empty) it is judged like any other."""
     bad = 0
     for d in decisions:
         if not start <= d.decided_at <= end or d.to_replicas >= d.from_replicas:
             continue
-        if any(r.rule in POOL_CUTS for r in d.reasons):
+        if any(r.rule in exempt for r in d.reasons):
             continue
         fallback = any(r.rule == "fallback" for r in d.reasons)
         lowest = min(reference(d.workload, d.decided_at + k * ALIGN_S / 6) for k in range(-6, 7))

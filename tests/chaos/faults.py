@@ -123,7 +123,7 @@ def all_faults(with_network: bool = True) -> list[Fault]:
         Fault("broker-kill", _broker_down, _broker_up),
         Fault("apiserver-restart", _apiserver_down, _apiserver_up),
         Fault("metric-source-outage", _sources_down, _sources_up, hold_s=OUTAGE_S),
-        Fault("node-unhealthy", _node_down, _node_up, hold_s=OUTAGE_S),
+        Fault("node-unhealthy", _node_down, _node_up, hold_s=OUTAGE_S, nodes_out=(UNHEALTHY,)),
     ]
     return out + (network_faults() if with_network else [])
 

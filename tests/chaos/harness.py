@@ -42,7 +42,16 @@ from governor_tools.demo.kwatch import Watch
 from governor_tools.demo.run import install
 from governor_tools.toxiproxy import Toxiproxy
 from tests.chaos import checks
-from tests.chaos.load import SPEED, LoadPlan, Reference, reference, web_policy, web_services
+from tests.chaos.load import (
+    SAMPLE_STEP,
+    SPEED,
+    LoadPlan,
+    Reference,
+    reference,
+    web_policy,
+    web_services,
+)
+from tests.chaos.pool import PoolInputs, pool_reference
 from tests.chaos.prom import PULLED, PromSource
 from tests.support.procs import Service, governor_service
 
@@ -288,6 +297,9 @@ class Fault:
     inject: Step
     heal: Step
     hold_s: float = 3.0
+    # Nodes the fault takes out of the pool: the reference then allocates the pool
+    # (`pool.pool_reference`) and a pool's cut is judged against it, not exempt.
+    nodes_out: tuple[str, ...] = ()
 
 
 @dataclass
@@ -307,6 +319,7 @@ class ChaosRun:
     kubelet: _Kubelet = field(init=False)
     prom: PromSource = field(init=False)
     sampler: Sampler = field(init=False)
+    pool: PoolInputs = field(init=False)  # the pool as the decider's tables have it, warmed up
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
@@ -346,6 +359,7 @@ class ChaosRun:
                            ("sampler", self.sampler.run())):  # fmt: skip
             self._tasks.append(asyncio.create_task(coro, name=name))
         await self._warm_up()
+        self.pool = await PoolInputs.read(self.bootstrap)
         self.plan.t0 = time.time()
         self.kubelet.go_live()
         return self
@@ -414,11 +428,17 @@ class ChaosRun:
         start = time.time()
         before = self._counts(start)
         self.plan.advance(start)
-        ref = reference(self.plan, start + fault.hold_s + MAX_WAIT_S + 120)
+        ref: checks.Reference = reference(self.plan, start + fault.hold_s + MAX_WAIT_S + 120)
         await fault.inject(self)
         await asyncio.sleep(fault.hold_s)
         await fault.heal(self)
         heal = time.time()
+        exempt = checks.POOL_CUTS
+        if fault.nodes_out:
+            window = (start - 1.0, heal, heal + MAX_WAIT_S + checks.CONVERGED_FOR_S + 5.0)
+            ref = pool_reference(ref, self.pool, self.workloads, fault.nodes_out, window,
+                                 step=SAMPLE_STEP / SPEED)  # fmt: skip
+            exempt = frozenset()
         converge: float | None = None
         while converge is None and time.time() - heal < MAX_WAIT_S + checks.CONVERGED_FOR_S:
             await asyncio.sleep(1.0)
@@ -436,12 +456,14 @@ class ChaosRun:
             duplicates=after["duplicates"] - before["duplicates"],
             regressions=after["regressions"] - before["regressions"],
             scale_down_on_missing=checks.scale_downs_on_missing_data(
-                self.recorder.decisions, start, heal + 5.0, ref),
+                self.recorder.decisions, start, heal + 5.0, ref, exempt),
             unaudited=after["unaudited"] - before["unaudited"],
             older_input=after["older_input"] - before["older_input"],
         )  # fmt: skip
 
-    def _dump(self, name: str, start: float, heal: float, end: float, ref: Reference) -> None:
+    def _dump(
+        self, name: str, start: float, heal: float, end: float, ref: checks.Reference
+    ) -> None:
         """out/episode-<fault>.json: per workload, (t, live, reference) over the episode, and
         the (workload, seq) carried by a target without an applied Actuation."""
         live: dict[str, list[tuple[float, int, int]]] = {}
