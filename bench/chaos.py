@@ -12,7 +12,9 @@ leaves them up). One line per fault, failed ones too:
 
     fault=<name> converge_s=<x> lost=<n> duplicates=<n> regressions=<n>
 
-then the checks without a column (`scale_down_on_missing`, `unaudited`) and `ok`. converge_s is
+then the checks without a column (`scale_down_on_missing`, `unaudited`, `older_input`), `restarts`
+(instances that exited on their own in the episode and were started again, as a Deployment would)
+and `ok`. converge_s is
 from the heal to the start of 10 s with every workload within +-1 of the fault-free reference;
 if that never happened, the time waited. Targets: converge_s <= 30, lost=duplicates=regressions=0.
 Not a timed test; CI does not run it. docs/failure-modes.md has the measured numbers.
@@ -113,7 +115,7 @@ def _line(v: object) -> str:
     assert isinstance(v, Verdict)
     return (
         f"{v.line()} scale_down_on_missing={v.scale_down_on_missing} unaudited={v.unaudited} "
-        f"older_input={v.older_input} ok={str(v.ok).lower()}"
+        f"older_input={v.older_input} restarts={v.restarts} ok={str(v.ok).lower()}"
     )
 
 

@@ -65,6 +65,9 @@ class Verdict:
     scale_down_on_missing: int
     unaudited: int
     older_input: int = 0
+    # instances restarted after exiting on their own (harness: ChaosRun._restarter); not a
+    # failed check: a Deployment restarts them, and the other checks say what it cost
+    restarts: int = 0
 
     def line(self) -> str:
         return (

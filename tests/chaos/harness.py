@@ -320,6 +320,8 @@ class ChaosRun:
     prom: PromSource = field(init=False)
     sampler: Sampler = field(init=False)
     pool: PoolInputs = field(init=False)  # the pool as the decider's tables have it, warmed up
+    # (time, "name-i", exit code) of each instance that exited without being killed, restarted
+    restarts: list[tuple[float, str, int | None]] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
@@ -355,8 +357,9 @@ class ChaosRun:
         self.kubelet.pulled = frozenset(s.workload for s in pulled)
         self.recorder = Recorder(self.bootstrap)
         self.sampler = Sampler(self.kube)
-        for name, coro in (("kubelet", self.kubelet.run()), ("recorder", self.recorder.run()),
-                           ("sampler", self.sampler.run())):  # fmt: skip
+        tasks = (("kubelet", self.kubelet.run()), ("recorder", self.recorder.run()),
+                 ("sampler", self.sampler.run()), ("restarter", self._restarter()))  # fmt: skip
+        for name, coro in tasks:
             self._tasks.append(asyncio.create_task(coro, name=name))
         await self._warm_up()
         self.pool = await PoolInputs.read(self.bootstrap)
@@ -410,6 +413,24 @@ class ChaosRun:
         await asyncio.to_thread(self.stop_services)
         await self._stack.aclose()
 
+    async def _restarter(self) -> None:
+        """What a Deployment's `restartPolicy: Always` does for a pod: an instance that exits on
+        its own (the aggregator stops when load windows may be undelivered, e.g. a broker down
+        longer than its producer's request timeout) is started again, after kubelet's 10 s
+        first back-off scaled like the run's other durations. A killed one is left to its fault."""
+        backoff_s = sc.TimeScale(SPEED).wall(10.0)
+        while True:
+            await asyncio.sleep(backoff_s)
+            for name, pair in self.services.items():
+                for i, svc in enumerate(pair):
+                    if not svc.exited_unasked():
+                        continue
+                    self.restarts.append(
+                        (time.time(), f"{name}-{i}", svc.proc and svc.proc.returncode)
+                    )
+                    with contextlib.suppress(RuntimeError, TimeoutError):  # next round retries
+                        await asyncio.to_thread(svc.start)
+
     def stop_services(self) -> None:
         for pair in self.services.values():
             for s in pair:
@@ -459,6 +480,7 @@ class ChaosRun:
                 self.recorder.decisions, start, heal + 5.0, ref, exempt),
             unaudited=after["unaudited"] - before["unaudited"],
             older_input=after["older_input"] - before["older_input"],
+            restarts=sum(start <= at <= end for at, _, _ in self.restarts),
         )  # fmt: skip
 
     def _dump(

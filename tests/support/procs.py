@@ -26,8 +26,10 @@ class Service:
         self.command, self.port, self.log_path = command, port, log_path
         self.env = {**os.environ, **env}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # by kill9/stop: an exit that was asked for
 
     def start(self, ready_timeout: float = 90.0) -> Service:
+        self.stopped = False
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [self.command], env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -48,12 +50,18 @@ class Service:
     def tail(self, n: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""
 
+    def exited_unasked(self) -> bool:
+        """The process ended without kill9/stop: a crash, or a deliberate exit of its own."""
+        return self.proc is not None and not self.stopped and self.proc.poll() is not None
+
     def kill9(self) -> None:
+        self.stopped = True
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self, timeout: float = 20.0) -> int | None:
+        self.stopped = True
         if self.proc is None:
             return None
         if self.proc.poll() is None:
