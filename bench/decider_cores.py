@@ -3,9 +3,10 @@ a cProfile of one second of load.
 
 What one second costs the two split cores (`DeciderCore` role "stage1" and "stage2", as the
 service runs them): decoding each workload's load message off the wire (one per series, its
-panic window in `more`) into stage 1 (`on_load`), stage 1's evaluation,
-encoding the recommendations stage 1 publishes (an unchanged one only every 30 s), decoding them
-for stage 2 and its bounds-only decision. Kafka's own per-record cost (fetch, produce, acks) is
+panic window in `more`) into stage 1 (`on_load`), stage 1's evaluation and, the pool having no
+inventory, its pass-through decision (`cores.decider_handover`), encoding the recommendations
+stage 1 publishes (an unchanged one only every 30 s) and decoding them for stage 2, which drops
+them (`decided`). Kafka's own per-record cost (fetch, produce, acks) is
 not in it: `pipeline_latency.py` measures the services whole.
 
     uv run python bench/decider_cores.py [--workloads 10000] [--top 15]

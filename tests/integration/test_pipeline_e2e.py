@@ -5,8 +5,8 @@ push endpoint, one produced straight into the metrics topic. The test plays the 
 publishes WorkloadState and follows each decision. Mid-run the decider is killed with SIGKILL
 and restarted. Then:
 - every closed window equals `governor.windows` over the same samples;
-- the decisions equal the stage-2 `DeciderCore` replayed over the decider's journal of inputs
-  and ticks;
+- the decisions equal the split `DeciderCore`s (stage 1's pass-through, stage 2) replayed over
+  the decider's journals of inputs and ticks;
 - every decision has reasons, seq only grows, no decision goes back to older input;
 - malformed samples get 400 from the push endpoint or land in the metrics DLQ.
 """

@@ -63,11 +63,15 @@ def new(role: str) -> DeciderCore:
 
 
 class Split:
-    """Two split cores wired as the service wires them (the topic in between is a call)."""
+    """Two split cores wired as the service wires them (the topic in between is a call). By
+    default stage 1 hands every workload to stage 2 (`pass_through=False`: the path of a pool
+    with inventory, or of a workload handed over); with pass-through it decides a workload of a
+    pool without inventory itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, pass_through: bool = False) -> None:
         self.stage1, self.stage2 = new("stage1"), new("stage2")
-        self.checkpoints: list[DeciderCheckpoint] = []  # what stage 2 wrote before deciding
+        self.stage1.pass_through = pass_through
+        self.checkpoints: list[DeciderCheckpoint] = []  # what was written before deciding
 
     def on_workload(self, s: WorkloadState) -> None:
         for core in (self.stage1, self.stage2):
@@ -76,7 +80,12 @@ class Split:
     def step(self, t: float, mean: float) -> ScaleDecision | None:
         for w in windows(t, mean):
             self.stage1.on_window(w)
-        rec = self.stage1.decide(WL, t).recommendation
+        first = self.stage1.decide(WL, t)
+        if first.decision is not None:  # passed through
+            assert first.checkpoint is not None
+            self.checkpoints.append(first.checkpoint)
+            return first.decision
+        rec = first.recommendation
         if rec is None:
             return None
         self.stage2.on_recommendation(rec)
@@ -90,11 +99,14 @@ loads = st.lists(st.floats(min_value=0.0, max_value=3000.0), min_size=1, max_siz
 
 
 @settings(max_examples=40, deadline=None)
-@given(loads)
-def test_split_cores_decide_as_one_core_when_the_target_follows(means: list[float]) -> None:
+@given(loads, st.booleans())
+def test_split_cores_decide_as_one_core_when_the_target_follows(
+    means: list[float], pass_through: bool
+) -> None:
     """With the target taking up each request at once (the actuator's normal case), the split
-    cores make the one-instance core's decisions: same seq, replicas, reasons and inputs."""
-    one, split = new("both"), Split()
+    cores make the one-instance core's decisions: same seq, replicas, reasons and inputs; with
+    stage 2 in stage 1 (pass-through) or after the recommendations topic."""
+    one, split = new("both"), Split(pass_through)
     replicas = 2
     for i, mean in enumerate(means):
         t = 1000.0 + 5 * i
@@ -270,7 +282,8 @@ def test_a_checkpoint_read_at_an_assignment_goes_to_the_stage_that_owns_its_key(
     assert restoring_stages(cp("ns/Deployment/web", 0)) == (0,)
     # a one-instance decider's checkpoint also seeds stage 2's seq (it never goes back)
     assert restoring_stages(cp("ns/Deployment/web", 7)) == (0, 1)
-    assert restoring_stages(cp("decision:ns/Deployment/web", 7)) == (1,)
+    # stage 2's decisions also seed stage 1's seq (pass-through continues it)
+    assert restoring_stages(cp("decision:ns/Deployment/web", 7)) == (0, 1)
     assert restoring_stages(cp("pool:gpu", 3)) == (1,)
 
 

@@ -270,6 +270,15 @@ class Recommendation(Event):
     # Elastic training jobs: the throughput stage 1 measured at `current` replicas (all ready),
     # for the stage that holds the restart-damping state (it decides the resizes).
     throughput: float | None = None
+    # Pass-through (`governor.cores.decider_handover`): stage 1 decided this evaluation itself
+    # (its pool has no inventory); published for the topic's readers, stage 2 decides nothing.
+    decided: bool = False
+    # Stage 1's decision memory at this evaluation (seq, last target, when, newest input): a
+    # stage 2 taking the workload over from pass-through starts above it, so seq only grows.
+    last_seq: int = 0
+    last_to: int | None = None
+    last_decided_at: float = 0.0
+    last_newest_input: float = 0.0
 
 
 class ScaleDecision(Event):

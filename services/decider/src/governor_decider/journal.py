@@ -235,9 +235,16 @@ def stage2_path(path: Path) -> Path:
 
 
 def replayed_decisions(path: Path) -> list[ScaleDecision]:
-    """Every decision the stage-2 journal beside `path` replays to, in order."""
+    """Every decision the journals at `path` (stage 1's: pass-through) and beside it (stage
+    2's) replay to, stage by stage, each in order."""
+    stages = (
+        (path, lambda: DeciderCore(role="stage1")),
+        (stage2_path(path), lambda: DeciderCore(role="stage2")),
+    )
     return [
         d
-        for _, out in replay(read(stage2_path(path)), lambda: DeciderCore(role="stage2"))
+        for journal, core in stages
+        if journal.exists()
+        for _, out in replay(read(journal), core)
         for d in ([out.decision] if out.decision else []) + out.decisions
     ]

@@ -7,8 +7,10 @@ and stage 2, as separate instances would hold them. This shell
 - consumes governor.load (stage 1) and governor.recommendations (stage 2) in ONE consumer group
   `governor-decider`: another process with the same group takes a share of both. Per fetch,
   stage 1 evaluates each workload whose windows it held and publishes its recommendation
-  (keyed by pool); stage 2 decides each recommended workload of a pool without inventory, then
-  runs the allocation once per touched pool with inventory;
+  (keyed by pool), or decides it itself where its pool has no inventory (pass-through,
+  `governor.cores.decider_handover`); stage 2 decides each recommended workload of a pool
+  without inventory (one handed over), then runs the allocation once per touched pool with
+  inventory;
 - follows its partitions: on an assignment it reads governor.decider-state and hands the
   checkpoints to the cores (applied on first use); before the load offsets are committed (every
   `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
@@ -89,6 +91,7 @@ class Decider:
                 allocation_margin=settings.allocation_margin,
                 tick_seconds=settings.tick_seconds,
                 role=role,
+                pass_through=settings.pass_through,
             )
             for role in ("stage1", "stage2")
         )
@@ -271,7 +274,8 @@ class Decider:
                     load[value.workload] = None
                 elif isinstance(value, events.Recommendation):
                     stage2.on_recommendation(value)
-                    recommended[value.workload] = None
+                    if not value.decided:  # one stage 1 decided itself (pass-through) is done
+                        recommended[value.workload] = None
                     if j2 is not None:
                         j2.recommendation(value)
             now = time.time()

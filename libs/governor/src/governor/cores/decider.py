@@ -49,6 +49,7 @@ import msgspec
 
 from governor import shadow as sh
 from governor.cores.decider_due import due_now, due_pools
+from governor.cores.decider_handover import handed_over, merged_checkpoint, passes_through, raise_to
 from governor.cores.decider_memory import DECISION_PREFIX as DECISION_PREFIX
 from governor.cores.decider_memory import POOL_PREFIX as POOL_PREFIX
 from governor.cores.decider_memory import (
@@ -63,6 +64,7 @@ from governor.cores.decider_memory import (
     pool_memory_of,
 )
 from governor.cores.decider_memory import pool_key as pool_key
+from governor.cores.decider_pool import decide_pool
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -78,8 +80,6 @@ from governor.events import (
 from governor.ownership import Ownership
 from governor.policy import elastic as el
 from governor.policy import evaluate as evaluate_policy
-from governor.policy.quotas import constraints
-from governor.policy.rebalance import Member, plan, shortfall_updates
 from governor.policy.recommend import (
     WindowKey,
     bound,
@@ -148,6 +148,10 @@ class DeciderCore:
     tick_seconds: float = 1.0
     evaluated: dict[str, float] = field(default_factory=dict)
     _inventory: frozenset[str] = frozenset()  # the pools of `nodes`
+    # Stage 1 decides a workload of a pool without inventory itself (`decider_handover`); the
+    # workloads it handed to stage 2 since the last assignment (they stay there until the next).
+    pass_through: bool = True
+    handed: dict[str, None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.role != "both" and self.ownership.everything:
@@ -236,6 +240,7 @@ class DeciderCore:
             table.clear()
         self.restorable.clear()
         self.dirty.clear()
+        self.handed.clear()
         self.shadow_memory.clear()
 
     def _mem(self, workload: str) -> Memory:
@@ -243,8 +248,9 @@ class DeciderCore:
         mem = self.memory.get(workload)
         if mem is not None:
             return mem
-        if self.role == "stage1":
-            cp = self.restorable.pop(workload, None)
+        if self.role == "stage1":  # with stage 2's decisions, which pass-through continues
+            decided = self.restorable.pop(DECISION_PREFIX + workload, None)
+            cp = merged_checkpoint(self.restorable.pop(workload, None), decided)
         else:
             legacy = self.restorable.pop(workload, None)  # a one-instance decider's checkpoint
             cp = self.restorable.pop(DECISION_PREFIX + workload, None)
@@ -254,7 +260,7 @@ class DeciderCore:
             self._restore(cp)
         return self.memory.setdefault(workload, Memory())
 
-    def _pool_mem(self, pool: str) -> PoolMemory:
+    def pool_memory(self, pool: str) -> PoolMemory:
         pm = self.pools.get(pool)
         if pm is not None:
             return pm
@@ -350,10 +356,8 @@ class DeciderCore:
         if isinstance(s1, Outputs):
             return s1
         rec, mem = s1.rec, s1.mem
-        if self.role == "stage1":  # stage 2 decides, where the pool is owned
-            if self._unchanged(rec, now):
-                return Outputs(note="recommendation unchanged")
-            return Outputs(recommendation=rec)
+        if self.role == "stage1":
+            return self._stage1_out(s1, now)
         if self.has_inventory(rec.pool):
             # Stage 2 decides over the whole pool (`decide_pool`).
             self.recommendations.setdefault(rec.pool, {})[workload] = rec
@@ -365,6 +369,26 @@ class DeciderCore:
         out = Outputs(recommendation=rec)
         self._bounds_only(s1, now, out)
         return out
+
+    def _stage1_out(self, s1: Stage1View, now: float) -> Outputs:
+        """A split stage 1: the decision itself where the workload passes through, else the
+        recommendation for stage 2 (where the pool is owned), with the decision memory."""
+        workload = s1.rec.workload
+        if (
+            self.pass_through
+            and workload not in self.handed
+            and passes_through(s1.policy.spec, self._inventory)
+        ):
+            out = Outputs()
+            self._bounds_only(s1, now, out)
+            if not self._unchanged(s1.rec, now):  # for the topic's readers; stage 2 drops it
+                out.recommendation = msgspec.structs.replace(s1.rec, decided=True)
+            return out
+        self.handed[workload] = None
+        rec = handed_over(s1.rec, s1.mem)
+        if self._unchanged(rec, now):
+            return Outputs(note="recommendation unchanged")
+        return Outputs(recommendation=rec)
 
     def _bounds_only(self, s1: Stage1View, now: float, out: Outputs) -> None:
         """Stage 2 for a pool without inventory: the policy's bounds and restart damping."""
@@ -386,10 +410,13 @@ class DeciderCore:
             to = v.replicas
             if v.reason is not None:
                 extra = [*extra, v.reason]
-        self._decision(s1, to, [*s1.result.reasons, *extra], now, out)
+        self.decision(s1, to, [*s1.result.reasons, *extra], now, out)
 
     def on_recommendation(self, rec: Recommendation) -> None:
-        """A recommendation off governor.recommendations; the newest per workload is kept."""
+        """A recommendation off governor.recommendations; the newest per workload is kept (one
+        stage 1 decided itself is not stage 2's to decide)."""
+        if rec.decided:
+            return
         recs = self.recommendations.setdefault(rec.pool, {})
         known = recs.get(rec.workload)
         order = (rec.newest_input, rec.computed_at)
@@ -419,7 +446,7 @@ class DeciderCore:
             return Outputs(note="no recommendation yet")
         if self.has_inventory(rec.pool):
             return Outputs(note=f"pool {rec.pool} has inventory: stage 2 decides")
-        s1 = self._from_rec(workload, rec, now)
+        s1 = self.stage2_view(workload, rec, now)
         if s1 is None:
             return Outputs(note="no WorkloadState yet: not acting")
         out = Outputs()
@@ -433,13 +460,14 @@ class DeciderCore:
         self.dirty.clear()
         return due
 
-    def _from_rec(self, workload: str, rec: Recommendation, now: float) -> Stage1View | None:
+    def stage2_view(self, workload: str, rec: Recommendation, now: float) -> Stage1View | None:
         """A recommendation as stage 2 sees it, with this core's memory of the workload."""
         policy = self.policies.get(workload)
         observed = self.workloads.get(workload)
         if policy is None or observed is None:
             return None
         mem = self._mem(workload)
+        raise_to(mem, rec)  # above what stage 1 decided before it handed the workload over
         current = self._current(mem, observed, now)
         measured = rec.throughput is not None and observed.ready_replicas == current
         if self.role == "stage2" and measured and rec.throughput is not None:
@@ -456,7 +484,7 @@ class DeciderCore:
         )
         return Stage1View(policy, observed, mem, current, result, rec)
 
-    def _decision(
+    def decision(
         self, s1: Stage1View, to: int, reasons: list[Reason], now: float, out: Outputs
     ) -> ScaleDecision | None:
         """Fill `out` with the decision to `to` (and its checkpoint) when one is due."""
@@ -501,78 +529,7 @@ class DeciderCore:
 
     def decide_pool(self, pool: str, now: float) -> Outputs:
         """Stage 2 for a pool with inventory: allocation over its latest recommendations."""
-        nodes = [n for _, n in sorted(self.nodes.items()) if n.pool == pool]
-        if not nodes:
-            return Outputs(note=f"pool {pool}: no inventory")
-        if now < self.settled_at:
-            return Outputs(note=f"pool {pool}: members still recommending after an assignment")
-        recs = self.recommendations.get(pool, {})
-        members: list[Member] = []
-        stage1: dict[str, Stage1View] = {}
-        for workload, rec in sorted(recs.items()):
-            s1 = self._from_rec(workload, rec, now)
-            if s1 is None or s1.policy.spec.pool != pool:
-                continue
-            stage1[workload] = s1
-            members.append(
-                Member(
-                    rec=s1.rec,  # as stage 2 judged it (`held_in_transit`)
-                    current=s1.current,
-                    elastic=s1.policy.spec.elastic,
-                    state=s1.mem.elastic,
-                    restarts=s1.observed.restarts,
-                    started_at=s1.observed.started_at,
-                )
-            )
-        pm = self._pool_mem(pool)
-        out = Outputs()
-        if not members:
-            out.note = f"pool {pool}: no recommendations yet"
-            return out
-        limits = constraints(
-            self.quotas.values(),
-            self.queues.values(),
-            [m.rec.workload for m in members],
-            {w: s.spec_replicas for w, s in self.workloads.items()},
-        )
-        p = plan(
-            members,
-            nodes,
-            pm.allocation,
-            pool=pool,
-            now=now,
-            margin=self.allocation_margin,
-            constraints=limits,
-        )
-        if p.allocation != pm.allocation:
-            pm.allocation = p.allocation
-            pm.seq += 1
-            out.checkpoints.append(
-                DeciderCheckpoint(
-                    workload=pool_key(pool),
-                    seq=pm.seq,
-                    allocation=msgspec.msgpack.encode(p.allocation),
-                    updated_at=now,
-                )
-            )
-        notes = []
-        for workload, target in p.targets.items():
-            s1 = stage1[workload]
-            if target.state is not None:
-                s1.mem.elastic = target.state
-            one = Outputs()
-            d = self._decision(s1, target.replicas, target.reasons, now, one)
-            if one.checkpoint is not None:
-                out.checkpoints.append(one.checkpoint)
-            if d is not None:
-                out.decisions.append(d)
-            elif one.note and one.note != "no change":
-                notes.append(f"{workload}: {one.note}")
-        out.shortfalls, pm.shortfalls = shortfall_updates(
-            pm.shortfalls, p.shortfalls, p.targets, pool=pool, now=now
-        )
-        out.note = "; ".join(notes)
-        return out
+        return decide_pool(self, pool, now)
 
     def evaluated_on_load(self, workloads: Iterable[str], now: float) -> None:
         """These were just evaluated on their load (`decide`): the next tick may skip them."""
@@ -595,6 +552,7 @@ class DeciderCore:
         return checkpoint_of(key, mem, now)
 
     def _maybe_checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint | None:
-        if now - mem.last_checkpoint_at < self.checkpoint_every:
+        # A split stage 1's memory goes out with `checkpoints_due` (before the offsets' commit).
+        if self.role == "stage1" or now - mem.last_checkpoint_at < self.checkpoint_every:
             return None
         return self._checkpoint(workload, mem, now)

@@ -37,10 +37,14 @@ def pool_key(pool: str) -> str:
 def restoring_stages(cp: DeciderCheckpoint) -> tuple[int, ...]:
     """Which split cores (0: stage 1, 1: stage 2) restore a checkpoint read at an assignment.
 
-    Stage 2's are keyed by pool or `decision:`; stage 1's by workload, and one of a one-instance
-    decider (seq > 0) also seeds stage 2's seq, so a seq never goes back on an upgrade."""
-    if cp.workload.startswith((POOL_PREFIX, DECISION_PREFIX)):
+    Stage 2's are keyed by pool or `decision:`, and a `decision:` one also seeds stage 1's seq
+    (a pass-through decision continues it: `decider_handover`); stage 1's by workload, and one
+    with a decision (seq > 0: a one-instance decider's, or pass-through's) also seeds stage 2's
+    seq, so a seq never goes back on an upgrade or a hand-over."""
+    if cp.workload.startswith(POOL_PREFIX):
         return (1,)
+    if cp.workload.startswith(DECISION_PREFIX):
+        return (0, 1)
     return (0, 1) if cp.seq > 0 else (0,)
 
 
