@@ -355,3 +355,63 @@ def test_the_forecast_gate_holds_a_scale_down_for_at_most_gate_seconds() -> None
 def test_peak_percent_and_gate_seconds_are_named_when_invalid() -> None:
     with pytest.raises(PolicyError, match="gateSeconds"):
         EventReductionSpec(gate_seconds=-1.0)
+
+
+reductions = st.builds(
+    EventReductionSpec,
+    down_quantile=st.sampled_from([0.6, 0.9, 0.95, 0.99]),
+    min_step_percent=st.sampled_from([0.0, 10.0, 25.0]),
+    merge_seconds=st.sampled_from([None, 0.0, 45.0, 300.0]),
+    gate_seconds=st.sampled_from([None, 0.0, 60.0]),
+)
+
+
+def _walk(start: float, moves: list[float]) -> list[float]:
+    out = [start]
+    for m in moves:
+        out.append(out[-1] * m)
+    return out
+
+
+# Slow walks with plateaus (a few % a step) reach the tolerance band and the small moves the
+# merges are for; the wild series reach the gate and the rate limits.
+walks = st.builds(
+    _walk,
+    st.floats(min_value=20, max_value=2000, allow_nan=False),
+    st.lists(
+        st.sampled_from([1.0, 1.0, 1.0, 0.99, 0.97, 0.93, 1.02, 1.05]), min_size=1, max_size=60
+    ),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(series=st.one_of(loads, walks), reduce=reductions, down_window=st.sampled_from([0, 300]))
+def test_every_event_reduction_rule_keeps_the_reactive_floor_names_itself_and_is_deterministic(
+    series: list[float], reduce: EventReductionSpec, down_window: int
+) -> None:
+    """The gate, the merge of small moves (bounded or not) and the tolerance merge, with any
+    parameters: the count is never below the reactive (HPA-compatible) one (with mergeSeconds:
+    below its tolerance band, never below what the metric asks without it), never above current
+    when event reduction binds (it only holds or shortens a scale-down), every binding has its
+    reason, and the same inputs and state give the same result and state."""
+    behavior = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=down_window))
+    on = msgspec.structs.replace(_policy(), behavior=behavior, event_reduction=reduce)
+    off = hpa_compatible(on)
+    state, replicas = ScaleState(), 3
+    for i, load in enumerate(series):
+        now = 1_000.0 + STEP * i
+        inputs = _inputs(load, replicas, now)
+        result, next_state = evaluate(on, inputs, state, now)
+        reactive, _ = evaluate(off, inputs, state, now)
+        floor = reactive.desired
+        if reduce.merge_seconds is not None:
+            # The tolerance merge (by design): HPA's band holds a count only for mergeSeconds,
+            # then it drops to what the metric asks without the band, never below that.
+            floor = min(floor, max(1, math.ceil(load / TARGET - 1e-9)))
+        assert result.desired >= floor
+        if result.bound_by == "event_reduction":
+            assert result.desired <= replicas
+            assert any(r.rule == "event_reduction" for r in result.reasons)
+        again = evaluate(on, inputs, state, now)
+        assert again == (result, next_state)
+        state, replicas = next_state, result.desired
