@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -15,6 +16,7 @@ from governor.inventory.targets import startup_durations
 from governor.policy import MetricObservation, ScaleInputs, ScaleState, evaluate
 from governor.policy import forecast as fc
 from governor.policy.startup import estimate
+from governor.policy.types import ScaleResult
 from governor.spec import (
     Behavior,
     EventReductionSpec,
@@ -58,6 +60,24 @@ def _inputs(load: float, replicas: int, now: float) -> ScaleInputs:
     )
 
 
+Step = tuple[ScaleInputs, ScaleState, float, int]
+
+
+def _alongside(
+    on: ScalingPolicySpec, off: ScalingPolicySpec, series: list[float], replicas: int
+) -> Iterator[tuple[float, Step, ScaleResult, ScaleResult]]:
+    """`on` scales the target along `series`; at each step `off` is evaluated from the same
+    inputs and state. Yields (load, (inputs, state, now, current replicas), on's, off's)."""
+    state = ScaleState()
+    for i, load in enumerate(series):
+        now = 1_000.0 + STEP * i
+        inputs = _inputs(load, replicas, now)
+        result, next_state = evaluate(on, inputs, state, now)
+        reactive, _ = evaluate(off, inputs, state, now)
+        yield load, (inputs, state, now, replicas), result, reactive
+        state, replicas = next_state, result.desired
+
+
 loads = st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=60)
 
 
@@ -67,13 +87,7 @@ def test_the_forecast_never_lowers_below_the_reactive_recommendation(
     series: list[float], peak: float, reduce: bool
 ) -> None:
     on = _policy(forecast=True, reduce=reduce, peak=peak)
-    off = hpa_compatible(on)
-    state, replicas = ScaleState(), 1
-    for i, load in enumerate(series):
-        now = 1_000.0 + STEP * i
-        inputs = _inputs(load, replicas, now)
-        with_fc, next_state = evaluate(on, inputs, state, now)
-        reactive, _ = evaluate(off, inputs, state, now)
+    for _, _, with_fc, reactive in _alongside(on, hpa_compatible(on), series, 1):
         assert with_fc.desired >= reactive.desired
         if with_fc.bound_by == "forecast":
             assert any(
@@ -82,7 +96,6 @@ def test_the_forecast_never_lowers_below_the_reactive_recommendation(
                 and (peak == 100.0 or f"(at {peak:.4g} % of the target per replica)" in r.detail)
                 for r in with_fc.reasons
             )
-        state, replicas = next_state, with_fc.desired
 
 
 @settings(max_examples=60, deadline=None)
@@ -396,13 +409,9 @@ def test_every_event_reduction_rule_keeps_the_reactive_floor_names_itself_and_is
     reason, and the same inputs and state give the same result and state."""
     behavior = Behavior(scale_down=HPAScalingRules(stabilization_window_seconds=down_window))
     on = msgspec.structs.replace(_policy(), behavior=behavior, event_reduction=reduce)
-    off = hpa_compatible(on)
-    state, replicas = ScaleState(), 3
-    for i, load in enumerate(series):
-        now = 1_000.0 + STEP * i
-        inputs = _inputs(load, replicas, now)
-        result, next_state = evaluate(on, inputs, state, now)
-        reactive, _ = evaluate(off, inputs, state, now)
+    for load, (inputs, state, now, replicas), result, reactive in _alongside(
+        on, hpa_compatible(on), series, 3
+    ):
         floor = reactive.desired
         if reduce.merge_seconds is not None:
             # The tolerance merge (by design): HPA's band holds a count only for mergeSeconds,
@@ -413,5 +422,4 @@ def test_every_event_reduction_rule_keeps_the_reactive_floor_names_itself_and_is
             assert result.desired <= replicas
             assert any(r.rule == "event_reduction" for r in result.reasons)
         again = evaluate(on, inputs, state, now)
-        assert again == (result, next_state)
-        state, replicas = next_state, result.desired
+        assert again[0] == result and again == evaluate(on, inputs, state, now)
