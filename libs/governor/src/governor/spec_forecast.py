@@ -48,11 +48,14 @@ class EventReductionSpec(Spec):
     down_quantile: float = 0.99
     # A move removes (or, on the forecast alone, adds) at least this share of the replicas.
     min_step_percent: float = 10.0
-    # A smaller scale-down merges with the next ones for at most this long, then happens, and
-    # HPA's tolerance band holds a count above the need for at most this long (a held replica
-    # costs what HPA's scale-down window costs, no more). None: they wait for ever (fewer
-    # scale events, more replica-hours: docs/simulation.md measures both).
+    # A smaller scale-down merges with the next ones for at most this long, then happens.
+    # None: it waits for ever (fewer scale events, more replica-hours: docs/simulation.md).
     merge_seconds: float | None = None
+    # HPA's tolerance band holds a count above what the metrics ask without it for at most this
+    # long, then the count drops to that (under the gate and the merge rule). Apart from
+    # mergeSeconds: releasing the band's spare replica is an event HPA never makes on a smooth
+    # load, so bounding it costs events there (docs/simulation.md). None: the band holds.
+    band_seconds: float | None = None
     # The forecast's gate holds a scale-down for at most this long, then lets it through (the
     # reason says so). It keeps a fat-tailed growth history from holding replicas for ever;
     # with HPA's 300 s a scale-down is never later than HPA's window would make it, and sooner
@@ -66,5 +69,7 @@ class EventReductionSpec(Spec):
             raise PolicyError("minStepPercent", "must be in [0, 100)")
         if self.merge_seconds is not None and self.merge_seconds < 0:
             raise PolicyError("mergeSeconds", "must be >= 0")
+        if self.band_seconds is not None and self.band_seconds < 0:
+            raise PolicyError("bandSeconds", "must be >= 0")
         if self.gate_seconds is not None and self.gate_seconds < 0:
             raise PolicyError("gateSeconds", "must be >= 0")

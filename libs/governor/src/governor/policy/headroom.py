@@ -100,7 +100,16 @@ _FORECAST_HEADS: dict[tuple[float, float], str] = {}
 
 def event_reduction(ev: Evaluation, desired: int) -> int | None:
     """A scale-down waits until the forecast's upper bound over the horizon is below the new
-    count, and removes at least minStepPercent of the replicas (smaller moves merge)."""
+    count, and removes at least minStepPercent of the replicas (smaller moves merge for at most
+    mergeSeconds)."""
+    r = ev.c.reduce
+    assert r is not None
+    return _reduce(ev, desired, r.merge_seconds)
+
+
+def _reduce(ev: Evaluation, desired: int, merge_seconds: float | None) -> int | None:
+    """`event_reduction` with the wait of a move under the step: `merge_seconds` (None: for
+    ever)."""
     r, current = ev.c.reduce, ev.current
     assert r is not None
     if desired >= current:
@@ -125,11 +134,11 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
     least = max(1, math.ceil(current * r.min_step_percent / 100 - 1e-9))
     if current - allowed < least:
         since = ev.now if ev.merged_since is None else ev.merged_since
-        if r.merge_seconds is None or ev.now - since < r.merge_seconds:
+        if merge_seconds is None or ev.now - since < merge_seconds:
             detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
-            if r.merge_seconds is not None:
+            if merge_seconds is not None:
                 ev.merge_since = since
-                detail += f" (or waits {r.merge_seconds:.4g} s, {ev.now - since:.4g} s so far)"
+                detail += f" (or waits {merge_seconds:.4g} s, {ev.now - since:.4g} s so far)"
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             return current
         detail = f"scale-down by {current - allowed}: merged for {ev.now - since:.4g} s"
@@ -143,17 +152,18 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
 
 def tolerance_merge(ev: Evaluation) -> int | None:
     """HPA's tolerance band holds a count up to 10 % above what the load needs for as long as
-    the load stays in it: a hysteresis that costs replica-hours for ever. With event reduction
-    the band only holds for mergeSeconds; then the count drops to what the metrics ask without
-    it, under the same forecast gate and merge rules as any scale-down."""
+    the load stays in it: a hysteresis that costs replica-hours for ever. With bandSeconds the
+    count drops to what the metrics ask without the band, under the same forecast gate and step
+    rule as any scale-down, a smaller move waiting bandSeconds (not mergeSeconds: releasing the
+    band's spare replica is an event HPA never makes on a smooth load)."""
     current, r = ev.current, ev.c.reduce
     assert r is not None
-    if r.merge_seconds is None:
+    if r.band_seconds is None:
         return None
     need = max(ev.untolerated, ev.floor, 1)
     if need >= current:
         return None
-    held = event_reduction(ev, need)
+    held = _reduce(ev, need, r.band_seconds)
     return need if held is None else held
 
 

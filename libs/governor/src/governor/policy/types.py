@@ -52,7 +52,7 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     forecasts: per metric, the forecaster's state (policy/forecast.py), when forecast is on;
     merge_since: since when a scale-down smaller than eventReduction's step (or held by the
     tolerance band, or by the forecast's gate) has waited, so it happens after mergeSeconds
-    (gateSeconds for the gate; policy/headroom.py).
+    (bandSeconds for the band, gateSeconds for the gate; policy/headroom.py).
 
     `gc=False`: tuples of number pairs and acyclic structs, never a cycle. Tuples, not lists: the
     collector untracks a tuple of numbers the first time it sees one, so the state of 10,000
