@@ -212,7 +212,7 @@ def main() -> None:
     print(
         f"  worst case, 1 s ticks, a flipping load for 10 min: msgpack {w_mp[0]} B,"
         f" json {w_js[0]} B"
-        f" ({len(worst.recommendations)} history entries, {len(worst.scale_events)} events)"
+        f" ({len(worst.rec_at)} history entries, {len(worst.scale_events)} events)"
     )
 
     if args.profile:
