@@ -301,7 +301,11 @@ class DeciderCore:
             return Outputs(note="no WorkloadState yet: not acting")
         mem = self._mem(workload)
         current = self._current(mem, observed, now)
-        seen = msgspec.structs.replace(observed, spec_replicas=current)
+        seen = (
+            observed
+            if current == observed.spec_replicas
+            else msgspec.structs.replace(observed, spec_replicas=current)
+        )
         windows = self.windows.get(workload, {})
         observations = observe(policy.spec, windows)
         inputs = ScaleInputs(workload=seen, observations=observations)
