@@ -69,6 +69,14 @@ def held_when_late(
     return stale.hold_late(result, late_by, stale.late_bound(policy, step))
 
 
+def with_count(observed: WorkloadState, current: int) -> WorkloadState:
+    """The target as stage 1 sees it: `current` replicas (a decision in flight counts). The same
+    object when that is what it reports: no copy per message in the usual case."""
+    if current == observed.spec_replicas:
+        return observed
+    return msgspec.structs.replace(observed, spec_replicas=current)
+
+
 @dataclass
 class PoolMemory:
     allocation: Allocation | None = None
