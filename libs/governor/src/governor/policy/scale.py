@@ -454,8 +454,10 @@ def evaluate(
     if inputs.workload is None:
         return _no_workload(inputs), state
     wl = inputs.workload
-    ev = _Evaluation(policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [])
-    ev.merged_since = state.merge_since
+    ev = _Evaluation(
+        policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [],
+        merged_since=state.merge_since,
+    )  # fmt: skip
     current = ev.current
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
