@@ -63,7 +63,7 @@ def stabilized(
 
 def recorded(history: Sequence[tuple[float, int]], desired: int, now: float, *rest: float) -> Pairs:
     step, horizon = rest
-    return pairs(record(*split_history(history), desired, now, step, horizon))
+    return pairs(record(split_history(history), desired, now, step, horizon))
 
 
 def sampled(
@@ -71,7 +71,7 @@ def sampled(
 ) -> Pairs:
     step, horizon = rest
     return pairs(
-        record_sampled(*split_history(history), desired, now, step, horizon, changed=changed)
+        record_sampled(split_history(history), desired, now, step, horizon, changed=changed)
     )
 
 

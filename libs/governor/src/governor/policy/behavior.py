@@ -173,20 +173,14 @@ def stabilize(
 History = tuple[tuple[float, ...], tuple[int, ...]]
 
 
-def record(
-    times: Sequence[float],
-    replicas: Sequence[int],
-    desired: int,
-    now: float,
-    step: float,
-    horizon: float,
-) -> History:
+def record(history: History, desired: int, now: float, step: float, horizon: float) -> History:
     """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step.
 
     Two aligned tuples, times and recommendations (ScaleState keeps them flat: a tuple of
     (time, replicas) pairs is one more object per entry that the collector and the cache see).
     Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
     """
+    times, replicas = history
     start = bisect_right(times, now - horizon)
     end = len(times)
     bucket = now // step
@@ -210,14 +204,7 @@ def record(
 
 
 def record_sampled(
-    times: Sequence[float],
-    replicas: Sequence[int],
-    desired: int,
-    now: float,
-    step: float,
-    horizon: float,
-    *,
-    changed: bool,
+    history: History, desired: int, now: float, step: float, horizon: float, *, changed: bool
 ) -> History:
     """`record` for a policy evaluated several times a step: a step already recorded by an
     earlier evaluation keeps its entry unless this one `changed` the count (module docstring).
@@ -225,11 +212,12 @@ def record_sampled(
     Entries recorded at `now` itself (HPA's initial recommendation, a second evaluation at the
     same instant) are merged as `record` does, and a clock that went back is left to `record`.
     """
+    times = history[0]
     if not changed and times:
         last = times[-1]
         if last < now and last // step == now // step:
-            return tuple(times), tuple(replicas)
-    return record(times, replicas, desired, now, step, horizon)
+            return history
+    return record(history, desired, now, step, horizon)
 
 
 def split_history(history: Sequence[Entry]) -> History:

@@ -358,7 +358,7 @@ def _stabilization(
         times, replicas, current, desired, now, behavior.up.window, behavior.down.window
     )
     history = record_sampled(
-        times, replicas, desired, now, step_seconds, behavior.horizon, changed=held != current
+        past, desired, now, step_seconds, behavior.horizon, changed=held != current
     )
     if held == desired:
         return None, history
