@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import math
 import pstats
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pipeline_latency import policy
-from governor import events
+from governor import events, gc_tuning
 from governor.bus import codec_for
 from governor.cores.decider import DeciderCore
 from governor.ownership import Ownership
@@ -85,14 +86,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workloads", type=int, default=10_000)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="keep Python's GC thresholds instead of the decider's (governor.gc_tuning)",
+    )
     args = ap.parse_args()
+    if not args.python_gc:
+        gc_tuning.configure()  # as the decider service does at start
     stage1, stage2, workloads = cores(args.workloads)
+    gc_tuning.freeze_startup()  # and after its start-up (the tables)
     for t in range(1000, 1020):  # fill the windows' histories
         one_second(stage1, stage2, workloads, float(t))
     best = min(one_second(stage1, stage2, workloads, float(t)) for t in range(1020, 1025))
     print(
         f"N={args.workloads}: decider cores {best:.3f} CPU-s per second of load = "
         f"{1000 * best / args.workloads:.4f} core per 1000 workloads"
+        f" (GC thresholds {gc.get_threshold()})"
     )
     prof = cProfile.Profile()
     prof.enable()

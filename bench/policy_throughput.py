@@ -8,8 +8,10 @@ forecaster (`--no-forecast`: without it) — not the tolerance short-cut alone.
 Decisions are applied (the next evaluation sees the new replica count), as the simulator does.
 
 Only the `evaluate` calls are timed; building the inputs is the caller's cost. The process is
-pinned to one CPU. Prints evaluations/s, how results were bound, and the serialized ScaleState
-size (msgpack and JSON) after the windows are full, plus a worst case with 1 s ticks.
+pinned to one CPU and configures the cyclic GC as the decider service does (`governor.gc_tuning`;
+`--python-gc`: Python's thresholds). Prints evaluations/s, how results were bound, and the
+serialized ScaleState size (msgpack and JSON) after the windows are full, plus a worst case
+with 1 s ticks.
 
     uv run python bench/policy_throughput.py [--trace PATH] [--workloads N] [--steps N]
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import msgspec
 
+from governor import gc_tuning
 from governor.events import WorkloadState
 from governor.policy import MetricObservation, ScaleInputs, ScaleResult, ScaleState, evaluate
 from governor.spec import ScalingPolicySpec
@@ -155,10 +158,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="timed steps after the warm-up")
     ap.add_argument("--profile", action="store_true", help="cProfile one timed step")
     ap.add_argument(
-        "--gc-gen0",
-        type=int,
-        default=0,
-        help="set the GC's generation-0 threshold (default: Python's, 700), as a service may",
+        "--python-gc",
+        action="store_true",
+        help="keep Python's GC thresholds (700, 10, 10) instead of the decider's "
+        "(governor.gc_tuning); start-up is frozen either way, as the decider does",
     )
     ap.add_argument(
         "--no-forecast", action="store_true", help="the forecaster and event reduction off"
@@ -171,10 +174,10 @@ def main() -> None:
         del policy["forecast"], policy["eventReduction"]
     spec = msgspec.convert(policy, ScalingPolicySpec)
     fleet = Fleet(load_trace(args.trace), args.workloads)
-    gc.collect()
-    gc.freeze()
-    if args.gc_gen0:
-        gc.set_threshold(args.gc_gen0, *gc.get_threshold()[1:])
+    # The decider service's GC configuration (governor.gc_tuning), not a bench-only one.
+    if not args.python_gc:
+        gc_tuning.configure()
+    gc_tuning.freeze_startup()
 
     run(spec, fleet, 0, args.warmup_steps)
     elapsed, cpu, count, bound = run(spec, fleet, args.warmup_steps, args.steps)
@@ -209,7 +212,7 @@ def main() -> None:
     print(
         f"  worst case, 1 s ticks, a flipping load for 10 min: msgpack {w_mp[0]} B,"
         f" json {w_js[0]} B"
-        f" ({len(worst.recommendations)} history entries, {len(worst.scale_events)} events)"
+        f" ({len(worst.rec_at)} history entries, {len(worst.scale_events)} events)"
     )
 
     if args.profile:

@@ -7,6 +7,7 @@ signed list, so a scale-down event of 5 is (t, -5).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -26,11 +27,52 @@ from governor.policy.behavior import (
     resolve,
     scale_down_limit,
     scale_up_limit,
+    split_history,
     stabilize,
 )
 from governor.spec import Behavior
 
 NOW = 10_000.0
+Pairs = tuple[tuple[float, int], ...]
+BIG = 10**9
+
+
+def pairs(history: tuple[tuple[float, ...], tuple[int, ...]]) -> Pairs:
+    """The flat history (times, replicas) as (time, replicas) pairs, to compare against."""
+    return tuple(zip(*history, strict=True))
+
+
+def stabilized(
+    history: Sequence[tuple[float, int]],
+    current: int,
+    desired: int,
+    now: float,
+    up_window: float,
+    down_window: float,
+) -> tuple[int, int, int]:
+    """`stabilize` over pairs: the count, and the up- and down-window limits (the count for a
+    current far below and far above: the limits always bracket `desired`)."""
+    times, replicas = split_history(history)
+    args = (desired, now, up_window, down_window)
+    return (
+        stabilize(times, replicas, current, *args),
+        stabilize(times, replicas, -BIG, *args),
+        stabilize(times, replicas, BIG, *args),
+    )
+
+
+def recorded(history: Sequence[tuple[float, int]], desired: int, now: float, *rest: float) -> Pairs:
+    step, horizon = rest
+    return pairs(record(split_history(history), desired, now, step, horizon))
+
+
+def sampled(
+    history: Sequence[tuple[float, int]], desired: int, now: float, *rest: float, changed: bool
+) -> Pairs:
+    step, horizon = rest
+    return pairs(
+        record_sampled(split_history(history), desired, now, step, horizon, changed=changed)
+    )
 
 
 def behavior(up: dict[str, Any] | None = None, down: dict[str, Any] | None = None) -> Behavior:
@@ -406,9 +448,9 @@ def test_TestNormalizeDesiredReplicasWithBehavior(
 ) -> None:
     # governor keeps its history in time order (upstream's slice is in slot order).
     history = sorted((NOW - age, value) for value, age in recs)
-    got = stabilize(history, current, desired, NOW, up_window, down_window)
-    assert got.replicas == want
-    stored = record(history, desired, NOW, 15.0, max(up_window, down_window))
+    got, _, _ = stabilized(history, current, desired, NOW, up_window, down_window)
+    assert got == want
+    stored = recorded(history, desired, NOW, 15.0, max(up_window, down_window))
     assert [r for _, r in stored] == kept
 
 
@@ -423,7 +465,7 @@ def test_TestNormalizeDesiredReplicas_legacy_down_window() -> None:
     ]
     for recs, desired, want in cases:
         history = sorted((NOW - age, value) for value, age in recs)
-        assert stabilize(history, 100, desired, NOW, 0, 300).replicas == want
+        assert stabilized(history, 100, desired, NOW, 0, 300)[0] == want
 
 
 # --- the bucketed history -----------------------------------------------------------------------
@@ -433,10 +475,10 @@ def test_one_bucket_keeps_its_min_and_max() -> None:
     start = 15.0 * 1000  # a bucket boundary
     history: tuple[tuple[float, int], ...] = ()
     for t, r in [(0.0, 5), (3.0, 9), (7.0, 2), (14.0, 6)]:
-        history = record(history, r, start + t, 15.0, 300.0)
+        history = recorded(history, r, start + t, 15.0, 300.0)
     assert history == ((start + 14.0, 2), (start + 14.0, 9))
     # The next step opens a new bucket.
-    history = record(history, 4, start + 15.0, 15.0, 300.0)
+    history = recorded(history, 4, start + 15.0, 15.0, 300.0)
     assert history[-1] == (start + 15.0, 4)
     assert len(history) == 3
 
@@ -449,33 +491,33 @@ def test_bucketing_preserves_both_windows_answers() -> None:
     values = [7, 3, 9, 4, 4, 8, 2, 6, 5, 1, 3, 7, 8, 2, 9, 6, 4, 3, 5, 7]
     for i, v in enumerate(values * 3):
         t = NOW + i * 1.5
-        a = stabilize(full, 5, v, t, 30.0, 90.0)
-        b = stabilize(bucketed, 5, v, t, 30.0, 90.0)
+        _, a_up, a_down = stabilized(full, 5, v, t, 30.0, 90.0)
+        _, b_up, b_down = stabilized(bucketed, 5, v, t, 30.0, 90.0)
         # Bucketed entries may outlive their first evaluations by < one step: never looser.
-        assert b.up_limit <= a.up_limit
-        assert b.down_limit >= a.down_limit
+        assert b_up <= a_up
+        assert b_down >= a_down
         full = [*[e for e in full if e[0] > t - 90.0], (t, v)]
-        bucketed = record(bucketed, v, t, 15.0, 90.0)
+        bucketed = recorded(bucketed, v, t, 15.0, 90.0)
     assert len(bucketed) <= 2 * (90 // 15 + 1)
 
 
 def test_record_sampled_keeps_a_steps_first_evaluation_and_every_change() -> None:
     start = 15.0 * 1000  # a bucket boundary
-    history = record_sampled([], 6, start, 15.0, 300.0, changed=False)
+    history = sampled([], 6, start, 15.0, 300.0, changed=False)
     assert history == ((start, 6),)
     # A later evaluation of the step that left the count alone: not a new sample.
-    assert record_sampled(history, 9, start + 5.0, 15.0, 300.0, changed=False) == ((start, 6),)
+    assert sampled(history, 9, start + 5.0, 15.0, 300.0, changed=False) == ((start, 6),)
     # One that moved the count is kept (merged into the step, as record does).
-    history = record_sampled(history, 8, start + 10.0, 15.0, 300.0, changed=True)
+    history = sampled(history, 8, start + 10.0, 15.0, 300.0, changed=True)
     assert history == ((start + 10.0, 6), (start + 10.0, 8))
     # The next step's first evaluation is always a sample.
-    history = record_sampled(history, 4, start + 15.0, 15.0, 300.0, changed=False)
+    history = sampled(history, 4, start + 15.0, 15.0, 300.0, changed=False)
     assert history[-1] == (start + 15.0, 4)
 
 
 def test_record_sampled_keeps_the_initial_recommendation_beside_the_first() -> None:
     # HPA's recordInitialRecommendation is stamped at the same instant as the first evaluation.
-    assert record_sampled([(NOW, 7)], 3, NOW, 15.0, 300.0, changed=False) == ((NOW, 3), (NOW, 7))
+    assert sampled([(NOW, 7)], 3, NOW, 15.0, 300.0, changed=False) == ((NOW, 3), (NOW, 7))
 
 
 @given(
@@ -486,18 +528,18 @@ def test_record_sampled_is_record_at_one_evaluation_per_step(
     steps: list[tuple[int, bool]], offset: float
 ) -> None:
     # HPA's cadence (the simulator, HPA-compatible mode): nothing changes.
-    sampled: tuple[tuple[float, int], ...] = ()
-    every: tuple[tuple[float, int], ...] = ()
+    some: Pairs = ()
+    every: Pairs = ()
     for i, (value, changed) in enumerate(steps):
         t = NOW + i * 15.0 + offset
-        sampled = record_sampled(sampled, value, t, 15.0, 90.0, changed=changed)
-        every = record(every, value, t, 15.0, 90.0)
-        assert sampled == every
+        some = sampled(some, value, t, 15.0, 90.0, changed=changed)
+        every = recorded(every, value, t, 15.0, 90.0)
+        assert some == every
 
 
 def test_history_is_pruned_past_the_longest_window() -> None:
     history = [(NOW - 400.0, 9), (NOW - 299.0, 8)]
-    assert record(history, 3, NOW, 15.0, 300.0) == ((NOW - 299.0, 8), (NOW, 3))
+    assert recorded(history, 3, NOW, 15.0, 300.0) == ((NOW - 299.0, 8), (NOW, 3))
 
 
 def _naive_stabilize(
@@ -529,8 +571,7 @@ def test_stabilize_matches_hpas_loop(
     history: list[tuple[float, int]], current: int, desired: int, up_w: float, down_w: float
 ) -> None:
     history.sort()
-    got = stabilize(history, current, desired, NOW, up_w, down_w)
-    assert (got.replicas, got.up_limit, got.down_limit) == _naive_stabilize(
+    assert stabilized(history, current, desired, NOW, up_w, down_w) == _naive_stabilize(
         history, current, desired, up_w, down_w
     )
 
@@ -539,5 +580,5 @@ def test_stabilize_matches_hpas_loop(
 def test_record_keeps_time_order_even_when_the_clock_goes_back(times: list[float]) -> None:
     history: tuple[tuple[float, int], ...] = ()
     for i, t in enumerate(times):
-        history = record(history, i, t, 15.0, 300.0)
+        history = recorded(history, i, t, 15.0, 300.0)
         assert list(history) == sorted(history, key=lambda e: e[0])

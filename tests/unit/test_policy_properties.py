@@ -238,5 +238,5 @@ def test_history_stays_bounded(
 ) -> None:
     _, state, _ = run(spec, start, history)
     # 300 s at 15 s steps: at most two entries per bucket, plus the bucket being filled.
-    assert len(state.recommendations) <= 2 * (300 / STEP + 1)
+    assert len(state.rec_at) == len(state.rec_replicas) <= 2 * (300 / STEP + 1)
     assert len(state.scale_events) <= 2 * (60 / STEP + 1)

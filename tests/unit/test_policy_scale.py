@@ -395,7 +395,7 @@ def test_TestScaleUpRCImmediately() -> None:
     r, state = step(spec, ScaleState(), 1, T0, cpu=0.0)
     assert (r.desired, r.bound_by) == (2, "min")
     # reconcileAutoscaler calls recordInitialRecommendation before the bounds check.
-    assert state.recommendations == ((T0, 1),)
+    assert (state.rec_at, state.rec_replicas, state.recommendations) == ((T0,), (1,), ())
 
 
 def test_initial_recommendation_ages_from_the_first_sync() -> None:
@@ -422,10 +422,26 @@ def test_TestScaleDownRCImmediately() -> None:
 
 def test_TestStabilizeDownscale() -> None:
     spec = policy(metric("cpu", "Utilization", 100.0), max_replicas=5)
-    state = ScaleState(recommendations=((T0 - 600, 10), (T0 - 60, 4)))
+    state = ScaleState(rec_at=(T0 - 600, T0 - 60), rec_replicas=(10, 4))
     r, state = step(spec, state, 4, T0, cpu=50.0)
     assert (r.desired, r.bound_by) == (4, "stabilization")
-    assert [v for _, v in state.recommendations] == [4, 2]
+    assert state.rec_replicas == (4, 2)
+
+
+def test_a_checkpoint_of_the_pair_layout_is_read_as_the_flat_one() -> None:
+    # ScaleState before the flat history: (time, replicas) pairs first, nothing after
+    # merge_since (array_like, so by position). A decider restoring one must decide the same.
+    spec = policy(metric("cpu", "Utilization", 100.0), max_replicas=5)
+    old = msgspec.msgpack.encode([[[T0 - 600, 10], [T0 - 60, 4]], [[T0 - 5, 2]], None, 0, 0])
+    restored = msgspec.msgpack.decode(old, type=ScaleState)
+    assert restored.recommendations == ((T0 - 600, 10), (T0 - 60, 4))
+    flat = ScaleState(rec_at=(T0 - 600, T0 - 60), rec_replicas=(10, 4), scale_events=((T0 - 5, 2),))
+    got, got_state = step(spec, restored, 4, T0, cpu=50.0)
+    want, want_state = step(spec, flat, 4, T0, cpu=50.0)
+    assert got == want
+    assert got_state == want_state
+    assert got_state.recommendations == ()  # written in the flat layout only
+    assert got_state.rec_replicas == (4, 2)
 
 
 def test_TestNoBackoffUpscaleCMNoBackoffCpu() -> None:

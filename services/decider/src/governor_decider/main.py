@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from governor import cores, events
+from governor import cores, events, gc_tuning
 from governor.bus import Consumer, Fetch, Message, Producer, consumer_lag, read_table
 from governor.cores.decider import POOL_PREFIX, DeciderCore, Outputs
 from governor.cores.decider_memory import restoring_stages
@@ -541,7 +541,10 @@ class Decider:
         await self.load.start()
         health = HealthServer(self.s.http_host, self.s.http_port, lambda: self.ready)
         await health.start()
-        log.info("decider running", extra={"http_port": health.port})
+        # Start-up's objects (the tables, the restored checkpoints) out of the collector's way;
+        # the young threshold is set in start() (governor.gc_tuning says why).
+        frozen = gc_tuning.freeze_startup()
+        log.info("decider running", extra={"http_port": health.port, "gc_frozen": frozen})
         # The tables' fetches and the group's in turn, a tick every tick_seconds.
         await run_core(
             self,
@@ -569,6 +572,7 @@ def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Run the service with the settings `args` name (parsed by governor_decider.cli)."""
     settings = service_settings(parser, args, DeciderSettings, PREFIX)
     configure_logging("decider", settings.log_level)
+    gc_tuning.configure()  # as bench/policy_throughput.py and bench/decider_cores.py measure
     decider = Decider(settings)
 
     async def amain() -> None:

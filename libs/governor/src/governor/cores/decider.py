@@ -62,6 +62,7 @@ from governor.cores.decider_memory import (
     held_when_late,
     memory_of,
     pool_memory_of,
+    with_count,
 )
 from governor.cores.decider_memory import pool_key as pool_key
 from governor.cores.decider_pool import decide_pool
@@ -305,10 +306,9 @@ class DeciderCore:
             return Outputs(note="no WorkloadState yet: not acting")
         mem = self._mem(workload)
         current = self._current(mem, observed, now)
-        seen = msgspec.structs.replace(observed, spec_replicas=current)
+        seen = with_count(observed, current)
         windows = self.windows.get(workload, {})
-        observations = observe(policy.spec, windows)
-        inputs = ScaleInputs(workload=seen, observations=observations)
+        inputs = ScaleInputs(workload=seen, observations=observe(policy.spec, windows))
         spec = capped(self._cap_memo, workload, policy.spec, partition_cap(policy.spec, windows))
         step = self.step_seconds
         result, mem.state = self.evaluate(spec, inputs, mem.state, now, step_seconds=step)

@@ -110,6 +110,14 @@ def held_in_transit(
     return msgspec.structs.replace(rec, desired=held.desired, reasons=list(held.reasons))
 
 
+def with_count(observed: WorkloadState, current: int) -> WorkloadState:
+    """The target as stage 1 sees it: `current` replicas (a decision in flight counts). The same
+    object when that is what it reports: no copy per message in the usual case."""
+    if current == observed.spec_replicas:
+        return observed
+    return msgspec.structs.replace(observed, spec_replicas=current)
+
+
 @dataclass
 class PoolMemory:
     allocation: Allocation | None = None
@@ -155,28 +163,32 @@ def checkpoint_of(key: str, mem: Memory, now: float) -> DeciderCheckpoint:
     )
 
 
-@dataclass
-class Outputs:
+class Outputs(msgspec.Struct, gc=False):
     """What one evaluation asks the service to publish, in this order.
 
     Stage 1 fills `checkpoint`, `recommendation` and `decision`; a pool's stage 2 fills the lists:
     first every checkpoint (acknowledged), then the decisions, then the shortfalls.
+
+    A msgspec Struct, not a dataclass: one is built per evaluation, and a dataclass's __init__
+    with five list factories was a visible share of the decider's per-message cost
+    (bench/decider_cores.py). `gc=False`: it holds lists of events, never itself.
     """
 
     checkpoint: DeciderCheckpoint | None = None
     recommendation: Recommendation | None = None
     decision: ScaleDecision | None = None
     note: str = ""  # why nothing was decided, for logs
-    checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
-    decisions: list[ScaleDecision] = field(default_factory=list)
-    shortfalls: list[Shortfall] = field(default_factory=list)
+    checkpoints: list[DeciderCheckpoint] = msgspec.field(default_factory=list)
+    decisions: list[ScaleDecision] = msgspec.field(default_factory=list)
+    shortfalls: list[Shortfall] = msgspec.field(default_factory=list)
     # Shadow policies (governor.shadow): checkpoints acknowledged before their decisions.
-    shadow_checkpoints: list[DeciderCheckpoint] = field(default_factory=list)
-    shadow_decisions: list[ScaleDecision] = field(default_factory=list)
+    shadow_checkpoints: list[DeciderCheckpoint] = msgspec.field(default_factory=list)
+    shadow_decisions: list[ScaleDecision] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class Stage1View:
+class Stage1View(msgspec.Struct, gc=False):
+    """Stage 1's evaluation of one workload, as stage 2 reads it (one per evaluation)."""
+
     policy: ScalingPolicy
     observed: WorkloadState
     mem: Memory

@@ -46,7 +46,6 @@ PolicyType = Literal["Pods", "Percent"]
 
 Entry = tuple[float, int]
 _time = itemgetter(0)
-_replicas = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,95 +133,96 @@ def resolve(behavior: Behavior | None) -> ResolvedBehavior:
 # --- stabilization ----------------------------------------------------------------------------
 
 
-class Stabilized(msgspec.Struct, frozen=True):
-    replicas: int
-    up_limit: int  # min over the up-window (the current recommendation included)
-    down_limit: int  # max over the down-window (the current recommendation included)
-
-
 def stabilize(
-    history: Sequence[Entry],
+    times: Sequence[float],
+    replicas: Sequence[int],
     current: int,
     desired: int,
     now: float,
     up_window: float,
     down_window: float,
-) -> Stabilized:
+) -> int:
     """stabilizeRecommendationWithBehaviors: current clamped into [min up-window, max down-window].
 
-    Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`). The
-    history is in time order (record keeps it so), so each window is a suffix found by bisection.
+    The history is two aligned sequences, the entries' times and their recommendations (see
+    `record`). Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`).
+    The times are in order (record keeps them so), so each window is a suffix found by bisection.
     """
     up = desired
-    i = bisect_right(history, now - up_window, key=_time)
-    if i < len(history):
-        lowest = min(history[i:] if i else history, key=_replicas)[1]
+    n = len(times)
+    i = bisect_right(times, now - up_window)
+    if i < n:
+        lowest = min(replicas[i:] if i else replicas)
         if lowest < up:
             up = lowest
     down = desired
-    i = bisect_right(history, now - down_window, key=_time)
-    if i < len(history):
+    i = bisect_right(times, now - down_window)
+    if i < n:
         # Slicing copies; the down-window usually spans the whole (pruned) history.
-        highest = max(history[i:] if i else history, key=_replicas)[1]
+        highest = max(replicas[i:] if i else replicas)
         if highest > down:
             down = highest
-    replicas = current
-    if replicas < up:
-        replicas = up
-    if replicas > down:
-        replicas = down
-    return Stabilized(replicas, up, down)
+    result = current
+    if result < up:
+        result = up
+    if result > down:
+        result = down
+    return result
 
 
-def record(
-    history: Sequence[Entry], desired: int, now: float, step: float, horizon: float
-) -> tuple[Entry, ...]:
+History = tuple[tuple[float, ...], tuple[int, ...]]
+
+
+def record(history: History, desired: int, now: float, step: float, horizon: float) -> History:
     """The history after recording `desired` at `now`: pruned past `horizon`, bucketed by step.
 
+    Two aligned tuples, times and recommendations (ScaleState keeps them flat: a tuple of
+    (time, replicas) pairs is one more object per entry that the collector and the cache see).
     Kept in time order; should `now` go back (a clock step), the entry is inserted in place.
-    A tuple (ScaleState keeps tuples): the kept entries are sliced once, not copied and popped.
     """
-    start = bisect_right(history, now - horizon, key=_time)
-    end = len(history)
+    times, replicas = history
+    start = bisect_right(times, now - horizon)
+    end = len(times)
     bucket = now // step
     lo = hi = desired
-    while end > start and history[end - 1][0] <= now and history[end - 1][0] // step == bucket:
+    while end > start and times[end - 1] <= now and times[end - 1] // step == bucket:
         end -= 1
-        r = history[end][1]
+        r = replicas[end]
         if r < lo:
             lo = r
         elif r > hi:
             hi = r
-    if end > start and history[end - 1][0] > now:
-        out = list(history[start:end])
+    if end > start and times[end - 1] > now:
+        out = list(zip(times[start:end], replicas[start:end], strict=True))
         insort(out, (now, lo), key=_time)
         if hi != lo:
             insort(out, (now, hi), key=_time)
-        return tuple(out)
-    new = ((now, lo),) if hi == lo else ((now, lo), (now, hi))
-    return (*history[start:end], *new)
+        return tuple(t for t, _ in out), tuple(r for _, r in out)
+    if hi == lo:
+        return (*times[start:end], now), (*replicas[start:end], lo)
+    return (*times[start:end], now, now), (*replicas[start:end], lo, hi)
 
 
 def record_sampled(
-    history: Sequence[Entry],
-    desired: int,
-    now: float,
-    step: float,
-    horizon: float,
-    *,
-    changed: bool,
-) -> tuple[Entry, ...]:
+    history: History, desired: int, now: float, step: float, horizon: float, *, changed: bool
+) -> History:
     """`record` for a policy evaluated several times a step: a step already recorded by an
     earlier evaluation keeps its entry unless this one `changed` the count (module docstring).
 
     Entries recorded at `now` itself (HPA's initial recommendation, a second evaluation at the
     same instant) are merged as `record` does, and a clock that went back is left to `record`.
     """
-    if not changed and history:
-        last = history[-1][0]
+    times = history[0]
+    if not changed and times:
+        last = times[-1]
         if last < now and last // step == now // step:
-            return tuple(history)
+            return history
     return record(history, desired, now, step, horizon)
+
+
+def split_history(history: Sequence[Entry]) -> History:
+    """(time, replicas) pairs as the two aligned tuples `record` keeps (older checkpoints)."""
+    return tuple(t for t, _ in history), tuple(r for _, r in history)
 
 
 # --- rate limits ------------------------------------------------------------------------------

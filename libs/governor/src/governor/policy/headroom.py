@@ -78,24 +78,29 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             return None
     unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
-    key = (f.quantile, ev.horizon)
-    head = _FORECAST_HEADS.get(key)
-    if head is None:
-        # The quantile and horizon change rarely: format them once (float formatting is a
-        # visible share of an evaluation), bounded as the horizon follows the learned start-up.
-        if len(_FORECAST_HEADS) >= 4096:
-            _FORECAST_HEADS.clear()
-        head = _FORECAST_HEADS[key] = (
-            f"forecast: p{f.quantile * 100:.4g} of load over next {ev.horizon:.4g} s"
-        )
-    detail = f"{head} = {ev.floor_load * unit:.4g} → {ev.floor}"
+    detail = (
+        f"forecast: {_over_next(f.quantile, ev.horizon)} = {ev.floor_load * unit:.4g} → {ev.floor}"
+    )
     if f.peak_percent != 100.0:
         detail += f" (at {f.peak_percent:.4g} % of the target per replica)"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
 
 
-_FORECAST_HEADS: dict[tuple[float, float], str] = {}
+def _over_next(quantile: float, horizon: float) -> str:
+    """ "p90 of load over next 75 s": the quantile and horizon change rarely, so each pair is
+    formatted once (float formatting is a visible share of an evaluation), in a cache bounded as
+    the horizon follows the learned start-up."""
+    key = (quantile, horizon)
+    text = _OVER_NEXT.get(key)
+    if text is None:
+        if len(_OVER_NEXT) >= 4096:
+            _OVER_NEXT.clear()
+        text = _OVER_NEXT[key] = f"p{quantile * 100:.4g} of load over next {horizon:.4g} s"
+    return text
+
+
+_OVER_NEXT: dict[tuple[float, float], str] = {}
 
 
 def event_reduction(ev: Evaluation, desired: int) -> int | None:
@@ -172,4 +177,4 @@ def _gate_why(ev: Evaluation) -> str:
         return f"the load fell from a recent burst; its decaying level needs {ev.gate}"
     r = ev.c.reduce
     assert r is not None
-    return f"p{r.down_quantile * 100:.4g} of load over next {ev.horizon:.4g} s needs {ev.gate}"
+    return f"{_over_next(r.down_quantile, ev.horizon)} needs {ev.gate}"

@@ -51,10 +51,11 @@ def observe(
     for metric in spec.metrics:
         stable = windows.get((metric.name, "stable"))
         panic = windows.get((metric.name, "panic"))
-        newest = max(
-            (w.newest_sample for w in (stable, panic) if w is not None and w.count),
-            default=None,
-        )
+        # The newer of the two windows' newest samples (a generator and max() per metric and
+        # message were a visible share of the decider's stage 1).
+        newest = stable.newest_sample if stable is not None and stable.count else None
+        if panic is not None and panic.count and (newest is None or panic.newest_sample > newest):
+            newest = panic.newest_sample
         out[metric.name] = MetricObservation(
             metric=metric.name,
             stable=statistic(stable, metric.aggregation) if stable is not None else None,

@@ -42,6 +42,7 @@ import math
 from governor.events import MetricInput, Reason, Rule
 from governor.pod_totals import per_pod_value as _per_pod
 from governor.policy.behavior import (
+    History,
     limit_rate,
     rate_limit_detail,
     record_event,
@@ -57,12 +58,13 @@ from governor.policy.headroom import event_reduction as _event_reduction
 from governor.policy.headroom import forecast as _forecast
 from governor.policy.headroom import forecast_floor as _forecast_floor
 from governor.policy.headroom import tolerance_merge as _tolerance_merge
-from governor.policy.panic import PanicOutcome, panic_step
+from governor.policy.panic import panic_step
 from governor.policy.replicas import (
     raw_replicas,
 )
 from governor.policy.staleness import fallback_due, fallback_replicas
 from governor.policy.types import MetricObservation, ScaleInputs, ScaleResult, ScaleState
+from governor.policy.types import history_of as _history_of
 from governor.policy.zero import above_activation, idle_check
 from governor.spec import (
     ScalingPolicySpec,
@@ -293,10 +295,21 @@ def _invalid_hold(ev: _Evaluation) -> tuple[int, Rule] | None:
     return current, bound
 
 
-def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutcome, int | None]:
+PanicState = tuple[float | None, int, float | None]  # ScaleState's (since, max, over_at)
+_CALM: PanicState = (None, 0, None)
+
+
+def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicState, int | None]:
     """Panic mode (Knative, panic.py): the new panic state and the count it forces, if any."""
     spec = ev.policy.panic
     assert spec is not None
+    pd = ev.panic_desired
+    if state.panic_since is None and (
+        pd is None or not pd / max(1, ev.ready) >= spec.threshold_percent / 100.0
+    ):
+        # Not panicking and not over the threshold (panic.is_over), the usual case: panic_step
+        # would change nothing and say nothing; its outcome is not built.
+        return _CALM, None
     out = panic_step(
         spec,
         stable_desired=desired,
@@ -319,40 +332,42 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicOutco
             f" stable window ({spec.stable_window_seconds:.4g} s)"
         )
         ev.reasons.append(Reason(rule="panic", detail=detail))
+    panic = (out.since, out.panic_max, out.over_at)
     if out.since is None:
-        return out, None
+        return panic, None
     panicked = max(out.desired, ev.current)
     if panicked == desired:
-        return out, None
+        return panic, None
     detail = (
         f"panicking for {ev.now - out.since:.0f} s: panic window asks {ev.panic_desired},"
         f" stable {desired}, never below {max(out.panic_max, ev.current)}"
     )
     ev.reasons.append(Reason(rule="panic", metric=ev.panic_metric, detail=detail))
-    return out, panicked
+    return panic, panicked
 
 
 def _stabilization(
-    ev: _Evaluation, state: ScaleState, desired: int, step_seconds: float
-) -> tuple[int | None, tuple[tuple[float, int], ...]]:
-    """HPA's stabilization windows: the count they hold (None: no change) and the new history."""
+    ev: _Evaluation, past: History, desired: int, step_seconds: float
+) -> tuple[int | None, History]:
+    """HPA's stabilization windows: the count they hold (None: no change) and the new history.
+
+    `past` is the history with HPA's initial recommendation already recorded (evaluate)."""
     behavior, current, now = ev.c.behavior, ev.current, ev.now
-    past = state.recommendations
-    if not past and behavior.horizon > 0:
-        # HPA's recordInitialRecommendation: a fresh start must not scale down at once.
-        past = ((now, current),)
-    st = stabilize(past, current, desired, now, behavior.up.window, behavior.down.window)
-    history = record_sampled(
-        past, desired, now, step_seconds, behavior.horizon, changed=st.replicas != current
+    times, replicas = past
+    held = stabilize(
+        times, replicas, current, desired, now, behavior.up.window, behavior.down.window
     )
-    if st.replicas == desired:
+    history = record_sampled(
+        past, desired, now, step_seconds, behavior.horizon, changed=held != current
+    )
+    if held == desired:
         return None, history
-    if desired < current or st.replicas > desired:
-        detail = f"{ev.c.down_window} holds {st.replicas} (max of recommendations) over {desired}"
+    if desired < current or held > desired:
+        detail = f"{ev.c.down_window} holds {held} (max of recommendations) over {desired}"
     else:
-        detail = f"{ev.c.up_window} holds {st.replicas} (min of recommendations) under {desired}"
+        detail = f"{ev.c.up_window} holds {held} (min of recommendations) under {desired}"
     ev.reasons.append(Reason(rule="stabilization", detail=detail))
-    return st.replicas, history
+    return held, history
 
 
 def _rate_limits(
@@ -360,6 +375,8 @@ def _rate_limits(
 ) -> tuple[int, Rule] | None:
     """HPA's rate-limit policies and the min/max/replicaCap clamps (behavior.py)."""
     current, lo, hi, behavior = ev.current, ev.c.lo, ev.c.hi, ev.c.behavior
+    if desired == current:
+        return None  # no change: neither a rate limit nor a bound can bind (limit_rate's case)
     limited = limit_rate(current, desired, lo, hi, events, behavior, ev.now)
     if limited.rule is None:
         return None
@@ -378,8 +395,12 @@ def _rate_limits(
 
 
 def _damp(
-    ev: _Evaluation, state: ScaleState, events: tuple[tuple[float, int], ...], step: float
-) -> tuple[int, Rule, tuple[tuple[float, int], ...], PanicOutcome | None]:
+    ev: _Evaluation,
+    state: ScaleState,
+    events: tuple[tuple[float, int], ...],
+    past: History,
+    step: float,
+) -> tuple[int, Rule, History, PanicState | None]:
     """The metrics' count through panic, stabilization and the rate limits, and the new state."""
     current, reasons = ev.current, ev.reasons
     desired = ev.best
@@ -387,7 +408,7 @@ def _damp(
     if current == 0 and desired < 1:
         desired, bound = 1, "scale_to_zero"
         reasons.append(Reason(rule="scale_to_zero", detail="activation from 0: at least 1"))
-    out: PanicOutcome | None = None
+    out: PanicState | None = None
     if ev.policy.panic is not None:
         out, panicked = _panic(ev, state, desired)
         if panicked is not None:
@@ -400,7 +421,7 @@ def _damp(
         held = _tolerance_merge(ev) if bound == "tolerance" else _event_reduction(ev, desired)
         if held is not None:
             desired, bound = held, "event_reduction"
-    stabilized, history = _stabilization(ev, state, desired, step)
+    stabilized, history = _stabilization(ev, past, desired, step)
     if stabilized is not None:
         desired, bound = stabilized, "stabilization"
     limited = _rate_limits(ev, events, desired)
@@ -433,8 +454,10 @@ def evaluate(
     if inputs.workload is None:
         return _no_workload(inputs), state
     wl = inputs.workload
-    ev = _Evaluation(policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [])
-    ev.merged_since = state.merge_since
+    ev = _Evaluation(
+        policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [],
+        merged_since=state.merge_since,
+    )  # fmt: skip
     current = ev.current
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
@@ -449,9 +472,9 @@ def evaluate(
     # HPA's recordInitialRecommendation: the first sync of a target records its current
     # replicas, whatever that sync then decides (bounds, invalid metrics, disabled), so a later
     # stabilization window sees it exactly as long as HPA's does.
-    history = state.recommendations
-    if not history and ev.c.behavior.horizon > 0:
-        history = ((now, current),)
+    history = _history_of(state)
+    if not history[0] and ev.c.behavior.horizon > 0:
+        history = ((now,), (current,))
     panic = (state.panic_since, state.panic_max, state.panic_over_at)
     actionable = True
     bound: Rule
@@ -468,14 +491,15 @@ def evaluate(
     elif hold is not None:
         desired, bound = hold
     else:
-        desired, bound, history, out = _damp(ev, state, events, step_seconds)
+        desired, bound, history, out = _damp(ev, state, events, history, step_seconds)
         if out is not None:
-            panic = (out.since, out.panic_max, out.over_at)
+            panic = out
     if actionable and desired != current:
         events = record_event(events, now, desired - current, now, ev.c.behavior.event_horizon)
     next_state = ScaleState(
-        history, events, panic[0], panic[1], failures, last_active,
+        (), events, panic[0], panic[1], failures, last_active,
         desired if actionable else current, failing_since, panic[2], forecasts, ev.merge_since,
+        history[0], history[1],
     )  # fmt: skip
     result = ScaleResult(
         desired=desired, current=current, bound_by=bound, reasons=tuple(ev.reasons),

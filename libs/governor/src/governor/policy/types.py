@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import msgspec
 
 from governor.events import MetricInput, Reason, Rule, WorkloadState
+from governor.policy.behavior import split_history
 from governor.policy.forecast import ForecastState
 
 
@@ -39,9 +40,13 @@ class ScaleInputs(msgspec.Struct, frozen=True, gc=False):
 class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     """Everything the policy remembers between evaluations (array_like keeps it small on the wire).
 
-    recommendations: (time, replicas) pairs within the longest stabilization window, at most two
-    per evaluation step: the smallest and the largest recommendation made in that step (one pair
-    when they agree), stamped with the step's newest evaluation time (see policy/behavior.py);
+    rec_at / rec_replicas: the recommendation history, two aligned tuples (entry i is made at
+    rec_at[i] and recommends rec_replicas[i]) within the longest stabilization window, at most
+    two entries per evaluation step: the smallest and the largest recommendation made in that
+    step (one when they agree), stamped with the step's newest evaluation time (behavior.py);
+    recommendations: the same history as (time, replicas) pairs, as checkpoints written before
+    the flat layout hold it: read (`history_of`), never written (one object per entry was more
+    memory and more for the collector to examine, see governor.gc_tuning);
     scale_events: (time, +added/-removed) within the longest rate-limit period;
     panic_since: when panic mode was entered (None when not panicking); panic_max: the highest
     desired count seen while panicking; failures: consecutive evaluations without fresh data;
@@ -54,7 +59,7 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     tolerance band, or by the forecast's gate) has waited, so it happens after mergeSeconds
     (bandSeconds for the band, gateSeconds for the gate; policy/headroom.py).
 
-    `gc=False`: tuples of number pairs and acyclic structs, never a cycle. Tuples, not lists: the
+    `gc=False`: tuples of numbers and acyclic structs, never a cycle. Tuples, not lists: the
     collector untracks a tuple of numbers the first time it sees one, so the state of 10,000
     workloads is not walked again by every older-generation collection (lists always are).
     """
@@ -70,6 +75,17 @@ class ScaleState(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
     panic_over_at: float | None = None
     forecasts: dict[str, ForecastState] | None = None
     merge_since: float | None = None
+    # Last, so a checkpoint of the old layout (array_like: positions) decodes with them empty.
+    rec_at: tuple[float, ...] = ()
+    rec_replicas: tuple[int, ...] = ()
+
+
+def history_of(state: ScaleState) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """The recommendation history as (times, replicas), from either layout (a checkpoint written
+    before the flat one has only `recommendations`)."""
+    if state.recommendations and not state.rec_at:
+        return split_history(state.recommendations)
+    return state.rec_at, state.rec_replicas
 
 
 class ScaleResult(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
