@@ -11,16 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.cluster import ClusterCore, Watched
-from governor.cores.cluster_flush import (
-    ClusterFlush,
-    ClusterInput,
-    DevicesServed,
-    Lead,
-    Loaded,
-    Resync,
-    Started,
-    TargetSeen,
-)
+from governor.cores import cluster_flush as cf
+from governor.cores.cluster_flush import ClusterFlush, ClusterInput
 from governor.events import NodeState
 from governor.inventory import Node
 
@@ -37,7 +29,7 @@ def node(name: str, cpu: int = 8) -> Node:
 
 def started(coalesce_s: float = 0.2) -> ClusterFlush:
     core = ClusterFlush(ClusterCore(), coalesce_s=coalesce_s)
-    core.on(Started())
+    core.on(cf.Started())
     return core
 
 
@@ -58,25 +50,25 @@ def test_nothing_before_start_up_is_over() -> None:
     core = ClusterFlush(ClusterCore(), coalesce_s=0.0)
     core.on(Watched("node", "n1", None, node("n1")))
     assert core.tick(1.0).records == [] and core.tick(100.0).records == []
-    core.on(Started())
+    core.on(cf.Started())
     assert [c.key for c in core.tick(101.0).records] == ["n1"]
 
 
 def test_a_follower_keeps_its_changes_until_it_leads_and_reread_the_tables() -> None:
     core = ClusterFlush(ClusterCore(), coalesce_s=0.0, leading=False)
-    core.on(Started())
+    core.on(cf.Started())
     core.on(Watched("node", "n1", None, node("n1")))
     core.on(Watched("node", "n2", None, node("n2")))
     assert core.tick(1.0).records == []
     # the previous leader published n1 as it is now: only n2 is left to send
     seen = ClusterFlush(ClusterCore(), coalesce_s=0.0)
-    seen.on(Started())
+    seen.on(cf.Started())
     seen.on(Watched("node", "n1", None, node("n1")))
     n1 = seen.tick(0.5).records[0]
     assert n1.value is not None
-    core.on(Loaded({"cluster": {"n1": n1.value}}))
+    core.on(cf.Loaded({"cluster": {"n1": n1.value}}))
     assert [c.key for c in core.tick(2.0).records] == ["n2"]
-    core.on(Lead(False))
+    core.on(cf.Lead(False))
     core.on(Watched("node", "n2", None, node("n2", cpu=4)))
     assert core.tick(3.0).records == []
 
@@ -100,7 +92,7 @@ def test_an_undelivered_flush_is_recomputed_after_a_backoff() -> None:
         core.acknowledge(ch)
     core.delivered()
     assert core.wait_s() == 0.2
-    core.on(Resync())
+    core.on(cf.Resync())
     core.tick(4.0)
     assert core.tick(4.2).records == [], "a resync of what was acknowledged sends nothing"
 
@@ -108,7 +100,7 @@ def test_an_undelivered_flush_is_recomputed_after_a_backoff() -> None:
 def test_a_compute_that_raises_is_reported_and_retried() -> None:
     model = ClusterCore()
     core = ClusterFlush(model, coalesce_s=0.0)
-    core.on(Started())
+    core.on(cf.Started())
     broken = True
     compute = model.compute
 
@@ -130,9 +122,9 @@ def test_a_compute_that_raises_is_reported_and_retried() -> None:
 
 def test_inputs_reach_the_model() -> None:
     core = started(coalesce_s=0.0)
-    core.on(TargetSeen(("apps/v1", "Deployment"), "missing"))
+    core.on(cf.TargetSeen(("apps/v1", "Deployment"), "missing"))
     assert core.model.target_status == {("apps/v1", "Deployment"): "missing"}
-    core.on(DevicesServed(True))
+    core.on(cf.DevicesServed(True))
     assert core.model.devices_served and core.model.dirty
 
 
@@ -142,10 +134,10 @@ inputs = st.one_of(
         st.integers(0, 3),
         st.integers(1, 4),
     ),
-    st.just(Resync()),
-    st.builds(Lead, st.booleans()),
-    st.just(Loaded({})),
-    st.just(Started()),
+    st.just(cf.Resync()),
+    st.builds(cf.Lead, st.booleans()),
+    st.just(cf.Loaded({})),
+    st.just(cf.Started()),
 )
 
 
