@@ -10,8 +10,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.cores.cluster import ClusterCore, Watched
 from governor.cores import cluster_flush as cf
+from governor.cores.cluster import ClusterCore, Watched
 from governor.cores.cluster_flush import ClusterFlush, ClusterInput
 from governor.events import NodeState
 from governor.inventory import Node
