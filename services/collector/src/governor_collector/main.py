@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import ssl
 from collections.abc import Sequence
@@ -132,6 +133,7 @@ class Collector:
             until=lambda: self._draining,
             lanes=lambda offer: offer.lane,
             max_in_flight=MAX_OFFERS_IN_FLIGHT,
+            commit_every_s=math.inf,  # the inbox has nothing to commit: never pause reading
         )
 
     async def stop(self) -> None:
