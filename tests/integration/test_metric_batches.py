@@ -63,15 +63,20 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
     try:
         async with Producer(kafka_bootstrap) as producer:
             publisher = BusPublisher(producer, metrics)
-            for second in range(90):
-                batch = []
-                for i, wl in enumerate(workloads):
-                    ts, value = t0 + second + 0.5, float((second + i) % 13)
-                    batch.append(
-                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts)
-                    )
-                    sent[wl].append((ts, value))
-                await publisher.publish(batch)
+
+            async def publish_seconds(seconds: range) -> None:
+                """Each second: one sample per workload (a value that moves), as one publish."""
+                for second in seconds:
+                    batch = []
+                    for i, wl in enumerate(workloads):
+                        ts, value = t0 + second + 0.5, float((second + i) % 13)
+                        batch.append(
+                            events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts)
+                        )
+                        sent[wl].append((ts, value))
+                    await publisher.publish(batch)
+
+            await publish_seconds(range(90))
             # One record per partition per flush, not one per sample.
             assert 0 < publisher.records <= 90 * metrics.partitions
             # A batch whose middle sample is not a sample, and one of another partition.
@@ -105,15 +110,7 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
             )
             await (await producer.send_raw(metrics.name, plain, key=good.encode(), headers=headers))
             sent[good].append((t0 + 96, 4.0))
-            for second in range(97, 140):
-                batch = []
-                for i, wl in enumerate(workloads):
-                    ts, value = t0 + second + 0.5, float((second + i) % 13)
-                    batch.append(
-                        events.MetricSample(workload=wl, metric="m", value=value, timestamp=ts)
-                    )
-                    sent[wl].append((ts, value))
-                await publisher.publish(batch)
+            await publish_seconds(range(97, 140))
 
         dlq = await _records(kafka_bootstrap, metrics.dlq, 3)
         by_reason = {dict(r.headers).get("governor-dlq-reason"): r for r in dlq}  # type: ignore[attr-defined]

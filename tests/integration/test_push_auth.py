@@ -47,6 +47,29 @@ async def post(
         return r.status, await r.json()
 
 
+async def check_collector(
+    kafka_bootstrap: str,
+    granted: str,
+    refused: str,
+    *,
+    allowed_ns: str,
+    other_ns: str,
+    **settings: Any,
+) -> None:
+    """`check_cases` on a collector run with `settings` (its push authentication)."""
+    async with running_collector(kafka_bootstrap, **settings) as c:
+        await until(c.ready, what="collector ready")
+        async with TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader:
+            await check_cases(
+                f"http://127.0.0.1:{c.port}",
+                reader,
+                granted,
+                refused,
+                allowed_ns=allowed_ns,
+                other_ns=other_ns,
+            )
+
+
 async def check_cases(
     url: str,
     reader: TopicReader,
@@ -101,19 +124,15 @@ async def test_push_auth_with_a_tokens_file(kafka_bootstrap: str, tmp_path: Path
             }
         )
     )
-    async with running_collector(
-        kafka_bootstrap, push_auth="tokens_file", push_tokens_file=str(tokens)
-    ) as c:
-        await until(c.ready, what="collector ready")
-        async with TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader:
-            await check_cases(
-                f"http://127.0.0.1:{c.port}",
-                reader,
-                granted,
-                refused,
-                allowed_ns="team-a",
-                other_ns="team-c",
-            )
+    await check_collector(
+        kafka_bootstrap,
+        granted,
+        refused,
+        allowed_ns="team-a",
+        other_ns="team-c",
+        push_auth="tokens_file",
+        push_tokens_file=str(tokens),
+    )
 
 
 # --- the real kube-apiserver -----------------------------------------------------------------
@@ -187,16 +206,12 @@ async def test_push_auth_on_the_real_kube_apiserver(
         namespace=system_ns,
         name="governor-collector",
     )
-    async with running_collector(
-        kafka_bootstrap, push_auth="kubernetes", kubeconfig=str(kubeconfig)
-    ) as c:
-        await until(c.ready, what="collector ready")
-        async with TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader:
-            await check_cases(
-                f"http://127.0.0.1:{c.port}",
-                reader,
-                granted,
-                refused,
-                allowed_ns=app_ns,
-                other_ns=other_ns,
-            )
+    await check_collector(
+        kafka_bootstrap,
+        granted,
+        refused,
+        allowed_ns=app_ns,
+        other_ns=other_ns,
+        push_auth="kubernetes",
+        kubeconfig=str(kubeconfig),
+    )

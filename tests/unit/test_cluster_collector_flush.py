@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from governor.cores.cluster import Watched
+from governor.cores.cluster_flush import Started
 from governor.events import NodeState, Topic
 from governor.inventory import Node
 from governor_collector.cluster.collector import ClusterCollector, ClusterCollectorSettings
@@ -39,20 +40,21 @@ def node(cpu: int) -> Node:
 
 
 async def test_churn_is_coalesced_and_rate_bounded() -> None:
-    c = ClusterCollector(ClusterCollectorSettings(coalesce_ms=200))
+    c = ClusterCollector(ClusterCollectorSettings(coalesce_ms=200, leader_election=False))
     producer = FakeProducer()
     c.producer = producer  # type: ignore[assignment]
-    loop_task = asyncio.create_task(c._flush_loop())
+    loop_task = asyncio.create_task(c.flush_loop())
     try:
-        c.model.on(Watched("node", "n1", None, node(1)))
-        c._changed()
+        c.inbox.put(Watched("node", "n1", None, node(1)))
+        await asyncio.sleep(0.5)
+        assert producer.sent == [], "nothing is sent before start-up is over"
+        c.inbox.put(Started())
         await asyncio.sleep(0.5)
         assert len(producer.sent) == 1
         # 100 changes of one node within ~1 s
         start = asyncio.get_running_loop().time()
         for i in range(100):
-            c.model.on(Watched("node", "n1", None, node(2 + i)))
-            c._changed()
+            c.inbox.put(Watched("node", "n1", None, node(2 + i)))
             await asyncio.sleep(0.01)
         elapsed = asyncio.get_running_loop().time() - start
         await asyncio.sleep(0.5)
@@ -62,10 +64,8 @@ async def test_churn_is_coalesced_and_rate_bounded() -> None:
         assert isinstance(last, NodeState) and last.allocatable == {"cpu": 101.0}
         # a change back and forth inside one coalescing window: no message at all
         before = len(producer.sent)
-        c.model.on(Watched("node", "n1", None, node(5)))
-        c._changed()
-        c.model.on(Watched("node", "n1", None, node(101)))
-        c._changed()
+        c.inbox.put(Watched("node", "n1", None, node(5)))
+        c.inbox.put(Watched("node", "n1", None, node(101)))
         await asyncio.sleep(0.5)
         assert len(producer.sent) == before
     finally:

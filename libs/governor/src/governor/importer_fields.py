@@ -247,6 +247,18 @@ def _env(name: str, becomes: str) -> Field:
     return Field(name, becomes, _ENV)
 
 
+# where Redis is and who connects: the same for the redis and redis-streams scalers
+_REDIS_CONNECTION = (
+    Field("address", "source.address"),
+    Field("host", "source.address (host:port)"),
+    Field("port", "source.address (host:port)"),
+    _env("addressFromEnv", "source.addressFromEnv"),
+    _env("hostFromEnv", "source.addressFromEnv"),
+    Field("portFromEnv", "", "give addressFromEnv as host:port instead"),
+    _env("usernameFromEnv", "source.usernameFromEnv"),
+    _env("passwordFromEnv", "source.passwordFromEnv"),
+)
+
 SCALER_FIELDS: dict[str, tuple[Field, ...]] = {
     "cpu": (
         Field("value", "metrics[].target"),
@@ -354,14 +366,7 @@ SCALER_FIELDS: dict[str, tuple[Field, ...]] = {
         _env("passwordFromEnv", "source.passwordFromEnv"),
     ),
     "redis": (
-        Field("address", "source.address"),
-        Field("host", "source.address (host:port)"),
-        Field("port", "source.address (host:port)"),
-        _env("addressFromEnv", "source.addressFromEnv"),
-        _env("hostFromEnv", "source.addressFromEnv"),
-        Field("portFromEnv", "", "give addressFromEnv as host:port instead"),
-        _env("usernameFromEnv", "source.usernameFromEnv"),
-        _env("passwordFromEnv", "source.passwordFromEnv"),
+        *_REDIS_CONNECTION,
         Field("listName", "source.listName"),
         Field("listLength", "target (AverageValue)"),
         Field("activationListLength", _ACTIVATION),
@@ -374,14 +379,7 @@ SCALER_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("dbIndex", "source.databaseIndex (old spelling)"),
     ),
     "redis-streams": (
-        Field("address", "source.address"),
-        Field("host", "source.address (host:port)"),
-        Field("port", "source.address (host:port)"),
-        _env("addressFromEnv", "source.addressFromEnv"),
-        _env("hostFromEnv", "source.addressFromEnv"),
-        Field("portFromEnv", "", "give addressFromEnv as host:port instead"),
-        _env("usernameFromEnv", "source.usernameFromEnv"),
-        _env("passwordFromEnv", "source.passwordFromEnv"),
+        *_REDIS_CONNECTION,
         Field("stream", "source.stream"),
         Field("consumerGroup", "source.consumerGroup"),
         Field("pendingEntriesCount", "source.measure pendingEntries, target (AverageValue)"),

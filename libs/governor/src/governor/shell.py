@@ -3,7 +3,8 @@
 A service is settings, metrics and a `run_core(core, inputs, outputs, tick_s)` call:
 
 - `inputs` is any `Source`: `poll()` the next records (a Kafka consumer, a Kubernetes watch, a
-  poller), `commit()` what was handed out once its outputs are safe;
+  poller; `Inbox` for what callbacks hand in), `commit()` what was handed out once its outputs
+  are safe;
 - the core (`governor.cores.Core`) answers each record (`on`) and the clock (`tick`) with
   `Outputs`: the checkpoints to persist and the records to publish;
 - `outputs` (and `checkpoints`) is any `Sink`: `put()` returns once every item is acknowledged
@@ -26,6 +27,7 @@ partition hook holding the same state, the actuator's reads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -59,6 +61,7 @@ SEND_ERRORS = (KafkaError, OSError, TimeoutError)
 
 __all__ = [
     "EMIT_RETRIES",
+    "Inbox",
     "KafkaSink",
     "Lanes",
     "Merged",
@@ -77,6 +80,36 @@ class Source(Protocol[In_co]):
     async def poll(self, timeout_ms: int) -> Sequence[In_co]: ...
 
     async def commit(self) -> None: ...
+
+
+class Inbox(Generic[In]):
+    """An in-process source: what callbacks `put` (a watch's events, an HTTP handler's
+    records), handed out in order by `poll`; there is nothing to commit."""
+
+    def __init__(self) -> None:
+        self._items: deque[In] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: In) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    def empty(self) -> bool:
+        """Nothing is waiting: what was put has been handed out (and, as `run_core` answers a
+        poll's records without yielding in between, taken by a synchronous core)."""
+        return not self._items
+
+    async def poll(self, timeout_ms: int) -> Sequence[In]:
+        if not self._items and timeout_ms > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout_ms / 1000)
+        items = list(self._items)
+        self._items.clear()
+        self._ready.clear()
+        return items
+
+    async def commit(self) -> None:
+        return None
 
 
 class Merged(Generic[In]):

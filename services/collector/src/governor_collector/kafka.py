@@ -7,6 +7,10 @@ so per-workload order is that of single samples), at most `max_samples` per reco
 returns once the broker acknowledged the records holding its samples (acks=all), so a push is
 answered, and a poll counted, only after its samples are durable.
 
+The pollers and the push endpoint do not call it directly: they publish through `Offers`, into
+`governor.shell.run_core` (the core: `governor.cores.collector`), whose sink (`DeliverySink`)
+calls it and answers each caller.
+
 Why: the aggregator's per-record cost (faust's delivery of each message) was most of its CPU;
 a batch pays it once for hundreds of samples.
 """
@@ -14,11 +18,14 @@ a batch pays it once for hundreds of samples.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 
 from governor.bus import Producer, codec_for
+from governor.cores.collector import Offered
 from governor.events import METRICS, MetricSample, Topic
 from governor.metric_records import Partitions, batch_key, encode_batch
+from governor.shell import Inbox
 
 
 class PublishError(RuntimeError):
@@ -104,3 +111,41 @@ class BusPublisher:
         """Wait for what is gathered to be written (at most one linger)."""
         if self._flushed is not None:
             await asyncio.shield(self._flushed)
+
+
+class Offers:
+    """The `Publisher` the pollers and the push endpoint use: each publish is an `Offered`
+    into `run_core`'s inbox, and returns once the sink answered its ticket (the broker
+    acknowledged every sample) or raises what it answered instead."""
+
+    def __init__(self, inbox: Inbox[Offered[asyncio.Future[None]]]) -> None:
+        self.inbox = inbox
+        self._lanes = itertools.count()
+
+    async def publish(self, samples: Sequence[MetricSample]) -> None:
+        if not samples:
+            return
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # its own lane: offers are published concurrently, as the callers wait on them
+        self.inbox.put(Offered(samples, ticket, str(next(self._lanes))))
+        await ticket
+
+
+class DeliverySink:
+    """`run_core`'s sink: an offer's samples to the topic (`BusPublisher`, which batches the
+    concurrent ones per partition), then its ticket answered: done, or the failure, which the
+    caller reports (a push answers 503, a poll counts a publish error)."""
+
+    def __init__(self, publisher: BusPublisher) -> None:
+        self.publisher = publisher
+
+    async def put(self, items: Sequence[Offered[asyncio.Future[None]]]) -> None:
+        for offer in items:
+            try:
+                await self.publisher.publish(offer.samples)
+            except Exception as e:  # the caller's to report, not the loop's
+                if not offer.ticket.done():
+                    offer.ticket.set_exception(e)
+            else:
+                if not offer.ticket.done():
+                    offer.ticket.set_result(None)

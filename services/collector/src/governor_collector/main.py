@@ -6,6 +6,11 @@ Reads the ScalingPolicies from `governor.policies`, runs one source per policy m
 is connected and the policies table is loaded). SIGTERM: stop taking pushes, let in-flight
 requests and polls finish, flush the producer, exit 0. Several collectors with the same group
 split the pull sources between them (`share`).
+
+The loop is `governor.shell.run_core`: the pollers and the push endpoint publish through
+`kafka.Offers` into its inbox, the core (`governor.cores.collector`) answers each offer with its
+delivery, and `kafka.DeliverySink` publishes it and answers the caller; offers run concurrently
+(one lane each), so the producer batches the samples of concurrent ones per partition.
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import ssl
 from collections.abc import Sequence
 from pathlib import Path
 
 from governor.bus import Producer
+from governor.cores.collector import CollectorCore, Offered
 from governor.entry import service_settings
 from governor.kube import Kube, connect
 from governor.push_auth import Caller
+from governor.shell import Inbox, run_core
 from governor.telemetry import HealthServer, configure_logging
 from governor_collector.config import PREFIX, CollectorSettings
-from governor_collector.kafka import BusPublisher
+from governor_collector.kafka import BusPublisher, DeliverySink, Offers
 from governor_collector.openapi import openapi_route
 from governor_collector.policies import PolicyTable
 from governor_collector.push_auth import AuthUnavailable, KubeAuth, PushAuth, TokensFileAuth
@@ -35,6 +43,9 @@ from governor_collector.sources import SourceContext
 from governor_collector.sources.push import PUSH_HUB, PushHub, push_routes
 
 log = logging.getLogger("governor_collector")
+
+# offers published at once (pushes and polls waiting on the broker); beyond it a caller waits
+MAX_OFFERS_IN_FLIGHT = 10_000
 
 
 class Collector:
@@ -50,11 +61,15 @@ class Collector:
         )
         metrics_topic, policies_topic = settings.topics()
         self.publisher = BusPublisher(self.producer, metrics_topic)
+        self.inbox: Inbox[Offered[asyncio.Future[None]]] = Inbox()
+        self.offers = Offers(self.inbox)
+        self._loop: asyncio.Task[None] | None = None
+        self._draining = False  # set once no poll or push can offer anything more
         self.ctx = SourceContext(options={"kubeconfig": settings.kubeconfig})
         self.hub = PushHub()
         self.ctx.resources[PUSH_HUB] = self.hub
         self.scheduler = Scheduler(
-            self.ctx, self.publisher, stop_grace_s=settings.shutdown_timeout_seconds
+            self.ctx, self.offers, stop_grace_s=settings.shutdown_timeout_seconds
         )
         self.policies = PolicyTable(
             settings.kafka.bootstrap,
@@ -76,7 +91,7 @@ class Collector:
             self.ready,
             extra_routes=[
                 *push_routes(
-                    self.publisher,
+                    self.offers,
                     self.hub,
                     max_body_bytes=settings.push_max_body_bytes,
                     accepting=lambda: not self._stopping,
@@ -99,6 +114,7 @@ class Collector:
             self._kube_api = await connect(self.settings.kubeconfig)
             self.auth.use(KubeAuth(Kube(self._kube_api), self.settings.push_token_audiences))
         await self.producer.start()
+        self._loop = asyncio.create_task(self._run(), name="collector loop")
         await self.policies.start()
         await self.share.start()
         await self.server.start()
@@ -107,6 +123,17 @@ class Collector:
             self.settings.http_host,
             self.port,
             self.settings.kafka.bootstrap,
+        )
+
+    async def _run(self) -> None:
+        await run_core(
+            CollectorCore(),
+            self.inbox,
+            DeliverySink(self.publisher),
+            until=lambda: self._draining,
+            lanes=lambda offer: offer.lane,
+            max_in_flight=MAX_OFFERS_IN_FLIGHT,
+            commit_every_s=math.inf,  # the inbox has nothing to commit: never pause reading
         )
 
     async def stop(self) -> None:
@@ -120,6 +147,9 @@ class Collector:
         await self.policies.stop()
         await self.share.stop()
         await self.scheduler.close()
+        self._draining = True  # the loop publishes what it holds, then returns
+        if self._loop is not None:
+            await self._loop
         await self.ctx.close()
         await self.producer.stop()  # flushes
         close = getattr(self._kube_api, "close", None)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from governor.cores.collector import SourceHealth, next_poll
 from governor.spec import MetricSource, ScalingPolicy
 from governor_collector import metrics
 from governor_collector.sources import (
@@ -255,7 +256,7 @@ class Scheduler:
         up = metrics.SOURCE_UP.labels(src.name, t.workload, t.metric)
         hist = metrics.POLL_SECONDS.labels(src.name)
         fields = _fields(t, src.name)
-        last_reason: str | None = "never"
+        health = SourceHealth()
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while not r.stop.is_set():
@@ -271,9 +272,8 @@ class Scheduler:
             if reason is not None:
                 up.set(0)
                 metrics.SOURCE_ERRORS.labels(src.name, reason).inc()
-                if reason != last_reason:
+                if health.failed(reason):
                     log.warning("source down (%s): %s", reason, detail, extra=fields)
-                last_reason = reason
             else:
                 try:
                     await self.publisher.publish(samples)
@@ -283,13 +283,10 @@ class Scheduler:
                 else:
                     up.set(1)
                     metrics.SAMPLES.labels(src.name).inc(len(samples))
-                    if last_reason is not None:
+                    if health.published():
                         log.info("source up", extra=fields)
-                    last_reason = None
             hist.observe(loop.time() - started)
-            next_at += src.interval
             now = loop.time()
-            if next_at < now:  # a slow poll: skip the missed ticks rather than bunch up
-                next_at = now
+            next_at = next_poll(next_at, src.interval, now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(r.stop.wait(), next_at - now)

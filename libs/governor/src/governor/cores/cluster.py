@@ -1,12 +1,14 @@
 """The cluster collector's core, without I/O: what the watches saw, and what was last published.
 
-The reflectors feed `on(Watched)` with every object change; `tick(now)` (`compute`) turns the
-current objects into the messages worth sending (`Outputs.records`: one per key whose content
-differs from the last published value, tombstones for keys that are gone); the shell sends them and
-calls `acknowledge` for each one the broker acknowledged. What could not be read is reported,
-not logged: `take_reports` hands the shell each new input problem and invalid policy (it counts
-and logs them). `published` starts from the compacted topics themselves, so a restart
-publishes only what changed while the collector was down (and tombstones what went away).
+The reflectors feed `on(Watched)` with every object change; `compute(now)` turns the current
+objects into the messages worth sending (one per key whose content differs from the last
+published value, tombstones for keys that are gone); the shell sends them and calls
+`acknowledge` for each one the broker acknowledged. `cores.cluster_flush.ClusterFlush` is the
+`run_core` core around this model: when to compute (start-up, the Lease, coalescing, backoff).
+What could not be read is reported, not logged: `take_reports` hands the shell each new input
+problem and invalid policy (it counts and logs them). `published` starts from the compacted
+topics themselves, so a restart publishes only what changed while the collector was down (and
+tombstones what went away).
 
 What each output depends on (so that `compute` only recomputes what an event can have changed):
 
@@ -73,9 +75,10 @@ TargetStatus = Literal["pending", "synced", "missing"]
 class Report:
     """Something the shell counts and logs: an input that could not be read (`problem`, each
     text once), or a ScalingPolicy rejected by validation (`invalid_policy`, once per
-    resourceVersion; `key` names it)."""
+    resourceVersion; `key` names it), or a flush whose compute raised (`failure`: the
+    traceback; `cores.cluster_flush` retries it)."""
 
-    kind: Literal["problem", "invalid_policy"]
+    kind: Literal["problem", "invalid_policy", "failure"]
     text: str
     key: str = ""
 
@@ -340,10 +343,6 @@ class ClusterCore:
         return [self.pods[k] for k in self.pods_by_ns.get(namespace, ())]
 
     # --- compute ------------------------------------------------------------------------------
-
-    def tick(self, now: float) -> Outputs[Change]:
-        """The core's shape (`governor.cores.Core`): `compute`'s changes as the records."""
-        return Outputs(records=self.compute(now))
 
     def compute(self, now: float) -> list[Change]:
         """Every message worth sending now (see the module docstring)."""

@@ -8,6 +8,11 @@
     ResourceQuota ─┤                                   ├─► governor.quotas    (QuotaState)
     Queue,PodGroup ┘                                   └─► governor.queues    (QueueState)
 
+The loop is `governor.shell.run_core`: the watches' callbacks put each change into an `Inbox`,
+the core (`governor.cores.cluster_flush.ClusterFlush` around `ClusterCore`) decides what to send
+and when, and `ChangeSink` sends it, behind the Lease, acknowledging to the core what the broker
+took.
+
 Volume: one message per change, never per resync or restart. Events only mark what they touch
 dirty; a flush runs `coalesce_s` (200 ms) after the first event of a burst and publishes each key
 whose content differs from its last published value (timestamps aside). So a key gets at most one
@@ -36,16 +41,27 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from governor import bus
+from governor.cores import Outputs
 from governor.cores.cluster import GVK, Change, ClusterCore, Report, Resource, Table, Watched
-from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Topic
+from governor.cores.cluster_flush import (
+    ClusterFlush,
+    ClusterInput,
+    DevicesServed,
+    Lead,
+    Loaded,
+    Resync,
+    Started,
+    TargetSeen,
+)
+from governor.events import CLUSTER, POLICIES, QUEUES, QUOTAS, WORKLOADS, Event, Topic
 from governor.inventory import POOL_LABEL, DeviceObject, Node, Pod, PriorityClass
 from governor.kafka_security import KafkaSecurity
 from governor.kube import Kube, KubeError, connect
@@ -54,6 +70,7 @@ from governor.lease import check_timing
 from governor.quotas import QUEUE_API, PodGroup, Queue, ResourceQuota
 from governor.reflector import Reflector
 from governor.retry import retrying
+from governor.shell import SEND_ERRORS, Inbox, run_core
 
 log = logging.getLogger("governor.collector.cluster")
 
@@ -135,6 +152,110 @@ class ClusterCollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fiel
         return self.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+class Collect:
+    """`run_core`'s core: `ClusterFlush`, plus what only the shell does with its answers (start
+    the watch of a target kind a policy names, count and log what could not be read)."""
+
+    def __init__(self, collector: ClusterCollector) -> None:
+        self.collector = collector
+        self.core = collector.core
+
+    def on(self, record: ClusterInput) -> Outputs[Change]:
+        out = self.core.on(record)
+        if isinstance(record, Watched) and record.resource == "policy":
+            self.collector.ensure_target_watches()  # a policy may name a kind not watched yet
+        report(self.core.model.take_reports())
+        return out
+
+    def tick(self, now: float) -> Outputs[Change]:
+        out = self.core.tick(now)
+        report(self.core.model.take_reports())
+        return out
+
+
+def report(reports: list[Report]) -> None:
+    """Count and log what the core could not read (each once), or could not compute."""
+    for r in reports:
+        if r.kind == "invalid_policy":
+            INVALID_POLICIES.inc()
+            log.warning(
+                "invalid ScalingPolicy %s (not published): %s",
+                r.key,
+                r.text,
+                extra={"policy": r.key},
+            )
+        elif r.kind == "failure":  # a bug must not stop the other keys' updates for good
+            log.error("computing the cluster state failed; retrying after a backoff\n%s", r.text)
+        else:
+            INPUT_PROBLEMS.inc()
+            log.warning("cluster input problem: %s", r.text)
+
+
+class ChangeSink:
+    """The compacted topics, behind the Lease: each change the broker acknowledged is
+    acknowledged to the core (now the last published value of its key). On losing the Lease it
+    stops between two messages; when a send fails, the core recomputes everything after a
+    backoff (`ClusterFlush.undelivered`) and `put` returns, so the watches keep being read."""
+
+    def __init__(
+        self,
+        producer: Callable[[], bus.Producer | None],
+        topics: dict[Table, Topic[Any]],
+        core: ClusterFlush,
+        leading: Callable[[], bool],
+    ) -> None:
+        self.producer, self.topics, self.core, self.leading = producer, topics, core, leading
+
+    async def put(self, items: Sequence[Change]) -> None:
+        if not items:
+            return
+        try:
+            await self._send(items)
+        except SEND_ERRORS as e:
+            self.core.undelivered()
+            log.warning(
+                "publishing %d changes failed (%s); retrying in %.1fs",
+                len(items),
+                e,
+                self.core.wait_s(),
+            )
+            return
+        self.core.delivered()
+
+    async def _send(self, changes: Sequence[Change]) -> None:
+        producer = self.producer()
+        assert producer is not None
+        futures: list[tuple[Change, asyncio.Future[Any]]] = []
+        for i, ch in enumerate(changes):
+            if not self.leading():  # lost the Lease mid-flush: not one message more
+                log.info("lost the lease: %d changes left to the next leader", len(changes) - i)
+                break
+            topic = self.topics[ch.table]
+            if ch.value is None:
+                fut = await producer.send_raw(
+                    topic.name,
+                    None,
+                    key=ch.key.encode(),
+                    headers=bus.codec_for(topic).headers,
+                )
+            else:
+                fut = await producer.publish(topic, ch.value)
+            futures.append((ch, fut))
+        failed: BaseException | None = None
+        for ch, fut in futures:
+            try:
+                await fut
+            except SEND_ERRORS as e:
+                failed = e
+                continue
+            self.core.acknowledge(ch)
+            kind = "tombstone" if ch.value is None else "update"
+            MESSAGES.labels(self.topics[ch.table].name, kind).inc()
+            log.debug("published %s %s", self.topics[ch.table].name, ch.key)
+        if failed is not None:
+            raise failed
+
+
 class ClusterCollector:
     def __init__(self, settings: ClusterCollectorSettings, *, api: Any = None) -> None:
         self.settings = settings
@@ -146,18 +267,23 @@ class ClusterCollector:
             "queues": dataclasses.replace(QUEUES, name=settings.queues_topic),
         }
         self.model = ClusterCore(pool_label=settings.pool_label)
+        # with an election, this instance leads once it won the Lease and re-read the tables
+        self.core = ClusterFlush(
+            self.model,
+            coalesce_s=settings.coalesce_ms / 1000.0,
+            leading=not settings.leader_election,
+        )
+        self.inbox: Inbox[ClusterInput] = Inbox()
         self._api = api
         self._own_api = api is None
-        self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._target_reflectors: dict[GVK, Reflector[dict[str, Any]]] = {}
         self._kube: Kube | None = None
         self._resolving: set[GVK] = set()
+        self._reload: asyncio.Task[None] | None = None
         self.producer: bus.Producer | None = None
         self.elector: LeaseElector | None = None  # None: publish unconditionally
-        self._reload = False  # set on winning the Lease: re-read the tables before publishing
         self.ready = False
-        self.flushes = 0
 
     @property
     def leading(self) -> bool:
@@ -165,9 +291,22 @@ class ClusterCollector:
 
     def _on_leadership(self, leader: bool) -> None:
         LEADER.set(1 if leader else 0)
+        if self._reload is not None:
+            self._reload.cancel()
+            self._reload = None
         if leader:  # what the previous leader published since our last read is unknown
-            self._reload = True
-            self._wake.set()
+            self._reload = asyncio.create_task(self._take_over(), name="read the tables back")
+        else:
+            self.inbox.put(Lead(False))
+
+    async def _take_over(self) -> None:
+        async for attempt in retrying(
+            on=SEND_ERRORS, first_s=0.5, max_s=30.0, log=log, what="reading the tables back"
+        ):
+            with attempt:
+                tables = await self._read_tables()
+        if self.leading:
+            self.inbox.put(Loaded(tables))
 
     def _start_election(self) -> None:
         s = self.settings
@@ -188,34 +327,11 @@ class ClusterCollector:
 
     # --- wiring -------------------------------------------------------------------------------
 
-    def _changed(self) -> None:
-        self._report(self.model.take_reports())
-        if self.model.dirty:
-            self._wake.set()
-
-    def _report(self, reports: list[Report]) -> None:
-        """Count and log what the core could not read (each once)."""
-        for r in reports:
-            if r.kind == "invalid_policy":
-                INVALID_POLICIES.inc()
-                log.warning(
-                    "invalid ScalingPolicy %s (not published): %s",
-                    r.key,
-                    r.text,
-                    extra={"policy": r.key},
-                )
-            else:
-                INPUT_PROBLEMS.inc()
-                log.warning("cluster input problem: %s", r.text)
-
     def _reflector(
         self, path: str, typ: type[Any], resource: Resource, name: str, gvk: GVK | None = None
     ) -> Reflector[Any]:
         def callback(key: str, old: Any, new: Any) -> None:
-            self.model.on(Watched(resource, key, old, new, gvk))
-            if resource == "policy":  # a policy may name a target kind not watched yet
-                self._ensure_target_watches()
-            self._changed()
+            self.inbox.put(Watched(resource, key, old, new, gvk))
 
         r: Reflector[Any] = Reflector(
             self._api,
@@ -228,7 +344,8 @@ class ClusterCollector:
         self._tasks.append(asyncio.create_task(r.run(), name=f"watch {name}"))
         return r
 
-    def _ensure_target_watches(self) -> None:
+    def ensure_target_watches(self) -> None:
+        """Watch every target kind a valid policy names (once each)."""
         for gvk in self.model.wanted_targets():
             if gvk not in self._target_reflectors and gvk not in self._resolving:
                 self._resolving.add(gvk)
@@ -250,8 +367,7 @@ class ClusterCollector:
                     res = await self._kube.resource(api_version, kind)
                 except KubeError as e:
                     if e.status == 404:  # not served (yet): say so while waiting for it
-                        self.model.set_target_status(gvk, "missing")
-                        self._changed()
+                        self.inbox.put(TargetSeen(gvk, "missing"))
                     raise
         root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         name = f"{kind}.{api_version}"
@@ -259,29 +375,28 @@ class ClusterCollector:
         self._target_reflectors[gvk] = r
         self._resolving.discard(gvk)
         await r.settled.wait()
-        self.model.set_target_status(gvk, "synced" if r.served else "missing")
-        self._changed()
+        self.inbox.put(TargetSeen(gvk, "synced" if r.served else "missing"))
         while r.served is not True:  # not served: wait until it is
             await r.synced.wait()
-            self.model.set_target_status(gvk, "synced")
-            self._changed()
+            self.inbox.put(TargetSeen(gvk, "synced"))
 
     # --- run ----------------------------------------------------------------------------------
 
-    async def _load_published(self) -> None:
+    async def _read_tables(self) -> dict[Table, dict[str, Event]]:
+        out: dict[Table, dict[str, Event]] = {}
         for table, topic in self.topics.items():
-            values = await bus.read_table(
+            out[table] = await bus.read_table(
                 self.settings.bootstrap, topic, security=self.settings.kafka_security
             )
-            self.model.load_published(table, values)
-            log.info("read %d keys from %s", len(values), topic.name)
+            log.info("read %d keys from %s", len(out[table]), topic.name)
+        return out
 
     async def _start_kafka(self) -> None:
         """Topics, producer and the last published values, retried while Kafka is away (the
         watches cannot be diffed against anything before the tables are read)."""
         s = self.settings
         async for attempt in retrying(
-            on=(KafkaError, OSError, TimeoutError),  # BusUnavailable is an OSError
+            on=SEND_ERRORS,  # BusUnavailable is an OSError
             first_s=1.0,
             max_s=30.0,
             log=log,
@@ -290,7 +405,7 @@ class ClusterCollector:
             with attempt:
                 try:
                     await self._start_kafka_once()
-                except (KafkaError, OSError, TimeoutError):
+                except SEND_ERRORS:
                     if self.producer is not None:
                         with contextlib.suppress(Exception):
                             await self.producer.stop()
@@ -312,7 +427,16 @@ class ClusterCollector:
                 security=s.kafka_security,
             )
         await self.producer.start()
-        await self._load_published()
+        for table, values in (await self._read_tables()).items():
+            self.model.load_published(table, values)  # before run_core: nothing reads it yet
+
+    async def flush_loop(self) -> None:
+        """`run_core` over the inbox until cancelled: nothing is sent before `Started`."""
+        sink = ChangeSink(lambda: self.producer, self.topics, self.core, lambda: self.leading)
+        # every pass ticks; a poll waits at most a quarter of the coalescing, so that a flush
+        # runs within a quarter more than `coalesce_ms` after the first change of a burst
+        poll_ms = max(10, min(100, self.settings.coalesce_ms // 4))
+        await run_core(Collect(self), self.inbox, sink, 0.0, poll_ms=poll_ms)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -322,15 +446,18 @@ class ClusterCollector:
                 self._api = await connect(self.settings.kubeconfig)
             self._kube = Kube(self._api)
             self._start_election()
+            loop = asyncio.create_task(self.flush_loop(), name="flush")
+            self._tasks.append(loop)
             await self._start_watches()
-            self.model.mark_all_dirty()
-            self._wake.set()
+            self.inbox.put(Started())
             self.ready = True
             self._tasks.append(asyncio.create_task(self._resync_loop(), name="resync"))
-            await self._flush_loop()
+            await loop
         finally:
             self.ready = False
             LEADER.set(0)
+            if self._reload is not None:
+                self._tasks.append(self._reload)
             for t in self._tasks:
                 t.cancel()
             for t in self._tasks:
@@ -377,102 +504,33 @@ class ClusterCollector:
                 f"start-up: could not list {', '.join(waiting)} within {timeout:.0f}s "
                 "(is the API server reachable, and may this identity list them?)"
             ) from None
-        self.model.devices_served = bool(devices.served)
+        self.inbox.put(DevicesServed(bool(devices.served)))
         self._tasks.append(asyncio.create_task(self._follow_devices(devices)))
-        # the targets of the policies listed so far, before the first flush
-        self._ensure_target_watches()
+        # the targets of the policies listed so far, before the first flush (the core has taken
+        # what the inbox held once it is empty: `Inbox.empty`)
         deadline = time.monotonic() + timeout
+        pending: list[GVK] = []
         while time.monotonic() < deadline:
-            status = self.model.target_status
-            pending = [g for g in self.model.wanted_targets() if status.get(g) is None]
-            if not pending:
-                break
+            if self.inbox.empty():
+                self.ensure_target_watches()
+                status = self.model.target_status
+                pending = [g for g in self.model.wanted_targets() if status.get(g) is None]
+                if not pending:
+                    break
             await asyncio.sleep(0.05)
         else:
             log.warning("start-up: target kinds not listed in %.0fs: %s", timeout, pending)
 
     async def _follow_devices(self, devices: Reflector[Any]) -> None:
         """The Device CRD may be installed (or removed) after start-up."""
+        served = bool(devices.served)
         while True:
-            served = bool(devices.served)
-            if served != self.model.devices_served:
-                self.model.devices_served = served
-                self.model.mark_all_dirty()
-                self._changed()
             await asyncio.sleep(5.0)
+            if bool(devices.served) != served:
+                served = bool(devices.served)
+                self.inbox.put(DevicesServed(served))
 
     async def _resync_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            self.model.mark_all_dirty()
-            self._wake.set()
-
-    async def _flush_loop(self) -> None:
-        coalesce = self.settings.coalesce_ms / 1000.0
-        backoff = 0.5
-        while True:
-            await self._wake.wait()
-            await asyncio.sleep(coalesce)
-            self._wake.clear()
-            if not self.leading:  # a follower: changes stay dirty until it leads
-                continue
-            try:
-                if self._reload:
-                    await self._load_published()
-                    self._reload = False
-                    self.model.mark_all_dirty()
-                changes = self.model.tick(time.time()).records
-                self._report(self.model.take_reports())
-            except Exception:  # a bug must not stop the other keys' updates for good
-                log.exception("computing the cluster state failed; retrying in %.1fs", backoff)
-                self.model.mark_all_dirty()
-                self._wake.set()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-                continue
-            self.flushes += 1
-            if not changes:
-                continue
-            try:
-                await self._publish(changes)
-                backoff = 0.5
-            except (KafkaError, OSError, TimeoutError) as e:
-                log.warning(
-                    "publishing %d changes failed (%s); retrying in %.1fs", len(changes), e, backoff
-                )
-                self.model.mark_all_dirty()
-                self._wake.set()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    async def _publish(self, changes: list[Change]) -> None:
-        assert self.producer is not None
-        futures: list[tuple[Change, asyncio.Future[Any]]] = []
-        for i, ch in enumerate(changes):
-            if not self.leading:  # lost the Lease mid-flush: not one message more
-                log.info("lost the lease: %d changes left to the next leader", len(changes) - i)
-                break
-            topic = self.topics[ch.table]
-            if ch.value is None:
-                fut = await self.producer.send_raw(
-                    topic.name,
-                    None,
-                    key=ch.key.encode(),
-                    headers=bus.codec_for(topic).headers,
-                )
-            else:
-                fut = await self.producer.publish(topic, ch.value)
-            futures.append((ch, fut))
-        failed: BaseException | None = None
-        for ch, fut in futures:
-            try:
-                await fut
-            except (KafkaError, OSError, TimeoutError) as e:
-                failed = e
-                continue
-            self.model.acknowledge(ch)
-            kind = "tombstone" if ch.value is None else "update"
-            MESSAGES.labels(self.topics[ch.table].name, kind).inc()
-            log.debug("published %s %s", self.topics[ch.table].name, ch.key)
-        if failed is not None:
-            raise failed
+            self.inbox.put(Resync())

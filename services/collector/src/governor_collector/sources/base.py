@@ -202,6 +202,27 @@ class PullSource(Source[C]):
         """Observe the metric now; raise SourceError when it cannot (never return a made-up
         value)."""
 
+    async def http_get(
+        self,
+        url: str,
+        *,
+        where: str,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """GET `url` on the shared session: (status, body). A poll waits at most its interval
+        (1 to 10 s); no answer is `timeout`, a refused or broken connection `unreachable`
+        (`where` names the server in the message; the status is the caller's to judge)."""
+        session = await self.ctx.http()
+        timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
+        try:
+            async with session.get(url, headers=headers, params=params, timeout=timeout) as r:
+                return r.status, await r.read()
+        except TimeoutError:
+            raise SourceError("timeout", f"{where} did not answer") from None
+        except (aiohttp.ClientError, OSError) as e:
+            raise SourceError("unreachable", f"{where}: {type(e).__name__}: {e}") from None
+
 
 class PushedSource(Source[C]):
     """Samples arrive from outside; the instance says the (workload, metric) is expected."""

@@ -14,7 +14,6 @@ var is not set).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from typing import Any
@@ -78,20 +77,9 @@ class MetricsApiSource(PullSource[MetricsApiSpec]):
     config_type = MetricsApiSpec
 
     async def collect(self, now: float) -> list[MetricSample]:
-        session = await self.ctx.http()
         headers, params = request_auth(self.config)
-        timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
         url = self.config.url
-        try:
-            async with session.get(url, headers=headers, params=params, timeout=timeout) as r:
-                body = await r.read()
-                status = r.status
-        except TimeoutError:
-            raise SourceError("timeout", f"{url} did not answer") from None
-        except (aiohttp.ClientError, OSError) as e:
-            raise SourceError("unreachable", f"{url}: {type(e).__name__}: {e}") from None
-        except asyncio.CancelledError:
-            raise
+        status, body = await self.http_get(url, where=url, headers=headers, params=params)
         if not 200 <= status < 300:
             raise SourceError("http_status", f"HTTP {status} from {url}")
         try:

@@ -16,11 +16,9 @@ The sample's timestamp is the evaluation time Prometheus reports (event time).
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Literal
 
-import aiohttp
 import msgspec
 
 from governor.events import MetricSample
@@ -106,21 +104,10 @@ class PrometheusSource(PullSource[PrometheusSpec]):
         return self.config.server_address.rstrip("/") + "/api/v1/query"
 
     async def collect(self, now: float) -> list[MetricSample]:
-        session = await self.ctx.http()
-        timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
         params = {"query": self.config.query, "time": f"{now:.3f}"}
-        try:
-            async with session.get(self._url(), params=params, timeout=timeout) as r:
-                body = await r.read()
-                status = r.status
-        except TimeoutError:
-            raise SourceError("timeout", f"{self.config.server_address} did not answer") from None
-        except (aiohttp.ClientError, OSError) as e:
-            raise SourceError(
-                "unreachable", f"{self.config.server_address}: {type(e).__name__}: {e}"
-            ) from None
-        except asyncio.CancelledError:
-            raise
+        status, body = await self.http_get(
+            self._url(), where=self.config.server_address, params=params
+        )
         if status >= 500 and not body.startswith(b"{"):
             raise SourceError("http_status", f"HTTP {status} from {self.config.server_address}")
         resp = parse_response(body)

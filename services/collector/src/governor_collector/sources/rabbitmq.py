@@ -17,7 +17,6 @@ Errors: `unreachable`, `timeout`, `queue_not_found`, `http_status`, `bad_respons
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from collections.abc import Sequence
@@ -104,23 +103,12 @@ class RabbitMQSource(PullSource[RabbitMQSpec]):
     config_type = RabbitMQSpec
 
     async def _get(self, ep: Endpoint, path: str) -> bytes:
-        session = await self.ctx.http()
         headers = (
             {"Authorization": aiohttp.encode_basic_auth(ep.user, ep.password or "")}
             if ep.user
             else {}
         )
-        timeout = aiohttp.ClientTimeout(total=max(1.0, min(self.interval, 10.0)))
-        try:
-            async with session.get(ep.base + path, headers=headers, timeout=timeout) as r:
-                body = await r.read()
-                status = r.status
-        except TimeoutError:
-            raise SourceError("timeout", f"{ep.base} did not answer") from None
-        except (aiohttp.ClientError, OSError) as e:
-            raise SourceError("unreachable", f"{ep.base}: {type(e).__name__}: {e}") from None
-        except asyncio.CancelledError:
-            raise
+        status, body = await self.http_get(ep.base + path, where=ep.base, headers=headers)
         if status == 404:
             raise SourceError(
                 "queue_not_found", f"no queue {self.config.queue_name!r} in vhost {ep.vhost!r}"
