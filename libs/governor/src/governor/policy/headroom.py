@@ -169,7 +169,11 @@ def tolerance_merge(ev: Evaluation) -> int | None:
     if need >= current:
         return None
     held = _reduce(ev, need, r.band_seconds)
-    return need if held is None else held
+    if held is None:  # released whole: a binding rule names itself like every other
+        detail = f"tolerance band released: {need}, what the metrics ask without it"
+        ev.reasons.append(Reason(rule="event_reduction", detail=detail))
+        return need
+    return held
 
 
 def _gate_why(ev: Evaluation) -> str:
