@@ -30,7 +30,10 @@ def test_freeze_startup_moves_what_lives_to_the_permanent_generation() -> None:
     gc.unfreeze()
     kept = [[i] for i in range(100)]  # tracked objects alive at "start-up"
     frozen = gc_tuning.freeze_startup()
-    assert frozen == gc.get_freeze_count() >= len(kept)
+    # A frozen object still dies when its last reference goes (another thread's frame, say),
+    # so the count may only fall after the call; CI once saw it fall by one.
+    assert frozen >= len(kept)
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not any(o is kept for o in gc.get_objects())  # frozen objects are not listed
 
 
