@@ -29,12 +29,15 @@ class Service:
         self.stopped = False  # by kill9/stop: an exit that was asked for
 
     def start(self, ready_timeout: float = 90.0) -> Service:
-        self.stopped = False
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [self.command], env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+        # Only now, with the new process in place: cleared before it, the killed one would look
+        # like an exit of its own, and the chaos restarter would start a second copy beside this
+        # one (seen in a soak: the copy failed to bind the same port).
+        self.stopped = False
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
