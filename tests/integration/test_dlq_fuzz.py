@@ -1,5 +1,5 @@
-"""The decoder fuzz (tests/unit/test_decoder_fuzz.py) through a real consumer on the real broker:
-for every consumed topic type, fuzzed records (random bytes, truncated and bit-flipped valid
+"""The decoder fuzz (tests/unit/test_bus_decoder_fuzz.py) through a real consumer on the real
+broker: for every consumed topic type, fuzzed records (random bytes, truncated and bit-flipped valid
 messages, wrong types, missing keys, unknown schema versions, bad keys, tombstones) are
 produced raw; the consumer keeps running, hands on exactly the records that decode, and sends
 every other one to `<topic>.dlq` with the reason the decoder gives, the original bytes untouched.
@@ -18,7 +18,7 @@ from governor.bus import H_DLQ_OFFSET, H_DLQ_REASON, Consumer, DeadLetter, Decod
 from governor.events import Topic
 from governor.topics import ensure_topics
 from tests.integration.test_bus import consume_until, read_raw, renamed
-from tests.unit.test_decoder_fuzz import CONSUMED, records
+from tests.unit.test_bus_decoder_fuzz import CONSUMED, records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

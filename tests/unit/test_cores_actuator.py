@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from governor.cores import actuator as c
 from governor.policy import actuation as a
 from governor.spec import PolicyError
-from tests.unit.test_actuation import RULES, apply_patch, decision, deployment, policy
+from tests.unit.test_policy_actuation import RULES, apply_patch, decision, deployment, policy
 
 NO_OWNERS = c.Owners([], [])
 

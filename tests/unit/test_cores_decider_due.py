@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from governor.cores.decider import DeciderCore, pool_key
 from governor.events import NodeState
 from governor.ownership import Ownership
-from tests.unit.test_decider_core import WL, core_with
+from tests.unit.test_cores_decider import WL, core_with
 
 
 def ticked(core: DeciderCore, now: float) -> list[str]:

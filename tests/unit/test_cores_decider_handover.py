@@ -13,7 +13,7 @@ from governor.cores.decider_handover import merged_checkpoint, passes_through
 from governor.cores.decider_memory import Outputs, restoring_stages
 from governor.events import DeciderCheckpoint, NodeState, ScaleDecision
 from governor.ownership import Ownership
-from tests.unit.test_decider_split import WL, Split, new, policy, state, windows
+from tests.unit.test_cores_decider_split import WL, Split, new, policy, state, windows
 
 NODE = NodeState(node="n1", pool="default", allocatable={"cpu": 512.0})
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from governor.cores.decider import DeciderCore
 from governor.events import QueueState, QuotaState
 from governor_decider import journal
-from tests.unit.test_decider_stage2 import (
+from tests.unit.test_cores_decider_stage2 import (
     TRAIN,
     WEB,
     Driver,

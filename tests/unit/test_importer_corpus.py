@@ -4,7 +4,7 @@ docs, the Kubernetes docs, prometheus-adapter's docs; each file names its source
 Each `<name>.yaml` has `<name>.expected.yaml` beside it: per autoscaler document, the converted
 policy with its notes, or the exact refusal. The expected files were written by this converter
 and read through by hand; after a deliberate change, rewrite them with
-`GOVERNOR_UPDATE_EXPECTED=1 uv run pytest tests/unit/test_import_corpus.py` and review the diff.
+`GOVERNOR_UPDATE_EXPECTED=1 uv run pytest tests/unit/test_importer_corpus.py` and review the diff.
 The summary test prints the counts the issue asks for (converted / with notes / refused, the
 refusal reasons).
 """

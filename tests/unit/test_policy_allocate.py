@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from governor.events import Device, NodeState, Recommendation
 from governor.policy import devices as dev
 from governor.policy.allocate import Allocation, Demand, allocate, shortfalls
-from tests.unit.test_devices import _check_valid, node_devices
+from tests.unit.test_policy_devices import _check_valid, node_devices
 
 GiB = 2.0**30
 

@@ -8,7 +8,7 @@ from governor import shadow as sh
 from governor.cores.decider import DeciderCore
 from governor.events import DECIDER_STATE, SHADOW_DECISIONS, ScaleDecision, access_table
 from governor.spec import ScalingPolicy
-from tests.unit.test_decider_core import WL, policy, state, window
+from tests.unit.test_cores_decider import WL, policy, state, window
 
 
 def shadow(name: str = "web-shadow", average: float = 35.0) -> ScalingPolicy:

@@ -7,8 +7,8 @@ close (the closed ones and the open windows' estimates, in `LoadWindow.more`), a
 the open windows' estimates at most every `publish_interval_ms`, so a decision never waits for
 a whole window and the load topic carries about one message per series and second.
 
-Only faust's public API (tests/unit/test_faust_api.py lists what it relies on and fails on an
-upgrade that changes it):
+Only faust's public API (tests/unit/test_aggregator_faust_api.py lists what it relies on and fails
+on an upgrade that changes it):
 
 - records of governor.metrics (MetricSample or MetricBatch, `governor.metric_records`) come
   as raw bytes from an agent's `stream.noack_take` batches (acked by `stream.ack`, below);

@@ -27,8 +27,8 @@ Inside a class: weighted DRF by progressive filling — one replica at a time to
 the lowest weighted dominant share (dominant share = max over cpu, memory, … , GPUs and NIC VFs
 of allocated / pool capacity; divided by weight) that still wants more and whose next replica
 fits on some node; ties go to the smaller workload id. On small pools this equals an exhaustive
-search for the best allocation in that order (tests/unit/test_allocate_bruteforce.py says what
-"best" means and where first-fit packing may fall short of it). Placement is first-fit over
+search for the best allocation in that order (tests/unit/test_policy_allocate_bruteforce.py says
+what "best" means and where first-fit packing may fall short of it). Placement is first-fit over
 nodes by name (device-less nodes first for replicas that need no devices, so they do not strand
 GPUs); a workload whose replica fits nowhere is done: capacity only shrinks as the fill goes on.
 
