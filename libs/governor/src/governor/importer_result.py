@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,11 +32,6 @@ def number(q: Any, where: str) -> float:
         return parse_quantity(q)
     except (ValueError, TypeError) as err:
         raise ConversionError(f"{where}: not a number or quantity: {q!r} ({err})") from None
-
-
-def name_part(value: str) -> str:
-    """A metric name's part, kept readable: whitespace collapsed."""
-    return re.sub(r"\s+", "", value)
 
 
 def unique_names(metrics: list[dict[str, Any]]) -> None:

@@ -74,7 +74,6 @@ class PolicyTable:
         self._end: dict[TopicPartition, int] = {}
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
 
     async def start(self) -> None:
         """Connect and assign every partition from the beginning (retries until the timeout)."""
@@ -121,9 +120,6 @@ class PolicyTable:
             raise
         return c
 
-    async def wait_loaded(self) -> None:
-        await self._ready.wait()
-
     async def _check_loaded(self) -> None:
         c = self._consumer
         assert c is not None
@@ -134,7 +130,6 @@ class PolicyTable:
         metrics.POLICIES.set(len(self.table))
         log.info("policies table loaded: %d policies", len(self.table))
         await self._notify()
-        self._ready.set()
 
     async def _notify(self) -> None:
         try:

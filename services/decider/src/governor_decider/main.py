@@ -396,9 +396,6 @@ class Decider:
         await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
         self._flushed_at = time.monotonic()
 
-    async def _decide(self, workload: str, now: float, trigger: str) -> None:
-        await self._decide_all((workload,), now, trigger, self.stage1)
-
     async def _decide_all(
         self, workloads: Iterable[str], now: float, trigger: str, core: DeciderCore
     ) -> None:

@@ -65,12 +65,6 @@ def horizon_steps(horizon: float, step: float) -> int:
     return max(1, min(MAX_STEPS, math.ceil(horizon / step - 1e-9)))
 
 
-def growth_bin(ratio: float) -> int:
-    if ratio <= 1.0:
-        return 0
-    return min(BINS - 1, 1 + int(math.log(ratio) / _LOG_MAX * (BINS - 1)))
-
-
 def quantile(cumulative: list[float], q: float) -> float:
     """The upper edge of the bin where the cumulative weight reaches q (conservative)."""
     total = cumulative[-1] if cumulative else 0.0
