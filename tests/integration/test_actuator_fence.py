@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from governor.cores.actuator import fence_lost
 from governor.kube import Kube, KubeError, connect
 from governor.policy.actuation import ANN_SEQ
-from governor_actuator.actuator import Actuator, _fence_lost
+from governor_actuator.actuator import Actuator
 from governor_actuator.config import ActuatorSettings
 from tests.integration.test_actuator_kit import (
     admin,  # noqa: F401 - fixture
@@ -24,6 +25,11 @@ from tests.integration.test_actuator_kit import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def lost(e: KubeError) -> bool:
+    """The core's `fence_lost` of what the real API server answered."""
+    return fence_lost(e.status, bool(e.details.get("causes")))
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -59,7 +65,7 @@ async def test_failed_test_op_is_a_recognised_422(admin: Kube, ns: str) -> None:
             ],
             namespace=ns,
         )
-    assert err.value.status == 422 and _fence_lost(err.value), err.value
+    assert err.value.status == 422 and lost(err.value), err.value
     # the first-write fence: a stale resourceVersion
     with pytest.raises(KubeError) as err:
         await admin.json_patch(
@@ -72,7 +78,7 @@ async def test_failed_test_op_is_a_recognised_422(admin: Kube, ns: str) -> None:
             ],
             namespace=ns,
         )
-    assert _fence_lost(err.value), err.value
+    assert lost(err.value), err.value
     obj = await admin.get("apps/v1", "deployments", "t422", namespace=ns)
     assert obj["spec"]["replicas"] == 1
     # a validation error is not a lost fence
@@ -84,7 +90,7 @@ async def test_failed_test_op_is_a_recognised_422(admin: Kube, ns: str) -> None:
             [{"op": "replace", "path": "/spec/replicas", "value": -1}],
             namespace=ns,
         )
-    assert err.value.status == 422 and not _fence_lost(err.value)
+    assert err.value.status == 422 and not lost(err.value)
 
 
 @pytest.mark.parametrize("round_", range(8))

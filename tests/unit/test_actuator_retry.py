@@ -6,9 +6,10 @@ import time
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from governor.kube import KubeError
-from governor_actuator.actuator import KUBE_ERRORS, Actuator
+from governor_actuator.actuator import Actuator
 from governor_actuator.config import ActuatorSettings
 
 
@@ -29,7 +30,7 @@ class Flaky:
 
 
 def errors(code: str) -> float:
-    return KUBE_ERRORS.labels(code)._value.get()
+    return REGISTRY.get_sample_value("governor_actuator_kube_errors_total", {"code": code}) or 0.0
 
 
 async def test_retries_429_and_5xx_honouring_retry_after() -> None:
@@ -39,7 +40,7 @@ async def test_retries_429_and_5xx_honouring_retry_after() -> None:
         KubeError(429, "TooManyRequests", "slow down", retry_after=0.5), KubeError(503, "", "")
     )
     t0 = time.monotonic()
-    assert await a._call("x", fn) == "ok"
+    assert await a.call("x", fn) == "ok"
     took = time.monotonic() - t0
     assert fn.calls == 3
     assert took >= 0.5 + 0.4  # Retry-After, then the second backoff step (0.2 * 2)
@@ -49,14 +50,14 @@ async def test_retries_429_and_5xx_honouring_retry_after() -> None:
 async def test_client_errors_are_not_retried() -> None:
     fn = Flaky(KubeError(404, "NotFound", "gone"))
     with pytest.raises(KubeError, match="404"):
-        await actuator()._call("x", fn)
+        await actuator().call("x", fn)
     assert fn.calls == 1
 
 
 async def test_gives_up_after_max_retries() -> None:
     fn = Flaky(*[KubeError(500, "", "boom") for _ in range(10)])
     with pytest.raises(KubeError, match="500"):
-        await actuator(max_retries=1)._call("x", fn)
+        await actuator(max_retries=1).call("x", fn)
     assert fn.calls == 2
 
 
@@ -64,10 +65,10 @@ async def test_the_budget_paces_calls() -> None:
     a = actuator(qps=20, burst=2)
     t0 = time.monotonic()
     for _ in range(6):
-        await a._call("x", Flaky())
+        await a.call("x", Flaky())
     # 2 from the burst, then 4 at 20/s
     assert time.monotonic() - t0 >= 4 / 20 - 0.02
     # side writes have their own budget: they do not wait for the decisions' one
     t1 = time.monotonic()
-    await a._call("x", Flaky(), side=True)
+    await a.call("x", Flaky(), side=True)
     assert time.monotonic() - t1 < 0.05

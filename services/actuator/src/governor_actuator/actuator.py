@@ -4,7 +4,7 @@ Everything that decides is the core `governor.cores.actuator` (`decide`, on the 
 `governor.policy.actuation`); this module reads what `decide` asks for from the API server (the
 ScalingPolicy, HPAs and ScaledObjects, the target) and writes what it returns (the fenced patch,
 the ScalingPolicy status, an Event). Every API call goes through
-`_call`: a client-side QPS budget (token bucket) and retries with backoff on 429, 5xx and no
+`call`: a client-side QPS budget (token bucket) and retries with backoff on 429, 5xx and no
 answer (honouring Retry-After).
 """
 
@@ -90,7 +90,8 @@ class Actuator:
 
     # --- API calls with a budget and retries --------------------------------------------------
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, side: bool = False) -> T:
+    async def call(self, what: str, fn: Callable[[], Awaitable[T]], *, side: bool = False) -> T:
+        """`fn()` within the budget (`side`: the status and Event writes' own), retried."""
         bucket = self._side_bucket if side else self._bucket
         attempt = 0
         while True:
@@ -124,7 +125,7 @@ class Actuator:
         if found is None and name:
             # not in the last list: maybe created since
             try:
-                obj = await self._call(
+                obj = await self.call(
                     f"get ScalingPolicy {ns}/{name}",
                     lambda: self.kube.get(POLICY_API, POLICY_PLURAL, name, namespace=ns),
                 )
@@ -140,7 +141,7 @@ class Actuator:
         return found
 
     async def _list_policies(self, namespace: str) -> PolicyIndex:
-        items = await self._call(
+        items = await self.call(
             f"list ScalingPolicies in {namespace}",
             lambda: self.kube.list_objects(POLICY_API, POLICY_PLURAL, namespace=namespace),
         )
@@ -151,7 +152,7 @@ class Actuator:
 
     async def _list_owners(self, namespace: str) -> tuple[list[Any], list[Any]]:
         hpas, sos = await asyncio.gather(
-            self._call(
+            self.call(
                 f"list HPAs in {namespace}",
                 lambda: self.kube.list_objects(
                     "autoscaling/v2", "horizontalpodautoscalers", namespace=namespace
@@ -163,7 +164,7 @@ class Actuator:
 
     async def _list_scaled_objects(self, namespace: str) -> list[Any]:
         try:
-            return await self._call(
+            return await self.call(
                 f"list ScaledObjects in {namespace}",
                 lambda: self.kube.list_objects(
                     "keda.sh/v1alpha1", "scaledobjects", namespace=namespace
@@ -185,7 +186,7 @@ class Actuator:
             group = core.api_group(ref.api_version)
             key = (group, plural)
             if key not in self._scale_paths:
-                scale = await self._call(
+                scale = await self.call(
                     f"get CRD {plural}.{group}", lambda: self.kube.crd_scale(group, plural)
                 )
                 if scale is None:
@@ -309,7 +310,7 @@ class Actuator:
         """The target kind's plural (discovery) and where its replicas live ("" when a CRD has
         no scale subresource; None when the object says: a Volcano Job)."""
         ref = policy.spec.target_ref
-        res = await self._call(
+        res = await self.call(
             f"discover {ref.kind}", lambda: self.kube.resource(ref.api_version, ref.kind)
         )
         return res.plural, await self._replicas_pointer(policy, res.plural)
@@ -322,7 +323,7 @@ class Actuator:
             return TargetRead(scalable=False)
         ref, ns = policy.spec.target_ref, policy.metadata.namespace
         try:
-            obj = await self._call(
+            obj = await self.call(
                 f"get {decision.workload}",
                 lambda: self.kube.get(ref.api_version, plural, ref.name, namespace=ns),
             )
@@ -336,7 +337,7 @@ class Actuator:
         self, decision: ScaleDecision, policy: ScalingPolicy, plural: str, ops: list[Any]
     ) -> dict[str, Any]:
         ref = policy.spec.target_ref
-        return await self._call(
+        return await self.call(
             f"patch {decision.workload}",
             lambda: self.kube.json_patch(
                 ref.api_version,
@@ -507,7 +508,7 @@ class Actuator:
     ) -> None:
         key = policy.key
         try:
-            await self._call(
+            await self.call(
                 f"status of {key}",
                 lambda: self.kube.merge_patch(
                     POLICY_API,
@@ -564,7 +565,7 @@ class Actuator:
         async def one(ns: str, body: dict[str, Any], workload: str, decision_id: str) -> None:
             async with limit:
                 try:
-                    await self._call(
+                    await self.call(
                         f"event on {workload}",
                         lambda: self.kube.create("v1", "events", body, namespace=ns),
                         side=True,
@@ -587,8 +588,3 @@ class Actuator:
                 await asyncio.gather(*(one(*item) for item in batch))
             finally:
                 self._writing -= 1
-
-
-def _fence_lost(e: KubeError) -> bool:
-    """`cores.actuator.fence_lost` of an API error (the fence tests ask the real API server)."""
-    return actuator_core.fence_lost(e.status, bool(e.details.get("causes")))
