@@ -8,9 +8,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from governor.inventory import DEVICE_JOINT_ALLOCATE, PodSpec, pod_requests
+from governor.inventory import (
+    DEVICE_JOINT_ALLOCATE,
+    PodSpec,
+    parse_selector_string,
+    pod_requests,
+    selector_matches,
+)
 from governor.spec import policy_from_obj
-from governor_tools.demo import hpa_twin, metrics_api
+from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
 from governor_tools.demo.report import live_summary, shrinks, sim_policy, summary
 from governor_tools.demo.run import Sample
@@ -93,12 +99,17 @@ def test_segments_do_not_overlap_and_map_onto_base_and_peak() -> None:
 
 
 def test_label_selector_matching() -> None:
+    """The selectors the demo's metrics API (kubectl top, the HPA twin) is asked for."""
     labels = {"app": "web", "tier": "front"}
-    assert metrics_api._matches("", labels)
-    assert metrics_api._matches("app=web,tier==front", labels)
-    assert not metrics_api._matches("app=db", labels)
-    assert not metrics_api._matches("tier!=front", labels)
-    assert metrics_api._matches("app", labels) and not metrics_api._matches("zone", labels)
+
+    def matches(text: str) -> bool:
+        return selector_matches(parse_selector_string(text), labels)
+
+    assert matches("")
+    assert matches("app=web,tier==front")
+    assert not matches("app=db")
+    assert not matches("tier!=front")
+    assert matches("app") and not matches("zone")
 
 
 def test_live_summary_counts_violation_in_trace_seconds() -> None:

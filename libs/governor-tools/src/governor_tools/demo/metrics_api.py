@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from governor.front_proxy import is_front_proxy, server_context
+from governor.inventory import parse_selector_string, selector_matches
 from governor.kube import Kube
 from governor_tools import aggregation
 from governor_tools.demo import scenario as sc
@@ -57,21 +58,6 @@ def _memory(b: float) -> str:
 
 def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _matches(selector: str, labels: dict[str, str]) -> bool:
-    for term in filter(None, (t.strip() for t in selector.split(","))):
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if labels.get(k.strip()) == v.strip():
-                return False
-        elif "=" in term:
-            k, v = term.replace("==", "=").split("=", 1)
-            if labels.get(k.strip()) != v.strip():
-                return False
-        elif labels.get(term) is None:
-            return False
-    return True
 
 
 @dataclass
@@ -154,11 +140,11 @@ class MetricsServer:
     async def _pods(self, request: web.Request) -> web.Response:
         now = time.time()
         ns = request.match_info.get("namespace")
-        selector = request.query.get("labelSelector", "")
+        selector = parse_selector_string(request.query.get("labelSelector", ""))
         items = [
             self._pod(u, now)
             for u in self.usage()
-            if (ns is None or u[1] == ns) and _matches(selector, u[2])
+            if (ns is None or u[1] == ns) and selector_matches(selector, u[2])
         ]
         return web.json_response(
             {"kind": "PodMetricsList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
