@@ -468,7 +468,7 @@ async def test_failing_source_publishes_nothing_and_says_why() -> None:
     errors_before = metric_value(
         "governor_collector_source_errors_total", source="fake_test", reason="unreachable"
     )
-    await sched._start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
+    await sched.start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
     up = {"source": "fake_test", "workload": W, "metric": "fake"}
     try:
         await until(lambda: FakeSource.polls >= 3)
@@ -495,7 +495,7 @@ async def test_source_logs_are_json_with_workload_and_metric(
     target = SourceTarget(W, "logged", "shop", TargetRef(kind="Deployment", name="web"), "shop/a")
     FakeSource.failing = None
     with caplog.at_level("INFO", logger="governor_collector.scheduler"):
-        await sched._start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
+        await sched.start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
         await sched.close()
     fmt = JsonFormatter("collector")
     docs = [msgspec.json.decode(fmt.format(r)) for r in caplog.records]

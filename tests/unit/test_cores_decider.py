@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.decider import DeciderCore
+from governor.cores.decider_memory import checkpoint_of
 from governor.events import LoadWindow, WindowView, WorkloadState
 from governor.spec import ScalingPolicy, policies_from_yaml
 from governor.windows import views
@@ -102,7 +103,7 @@ def test_older_input_than_last_decision_is_not_decided_on() -> None:
     core = core_with(load=700.0, replicas=2, now=now)
     assert core.decide(WL, now).decision is not None
     # A later restart sees only an older window (e.g. replayed): it must not decide on it.
-    cp = core.decide(WL, now + 1).checkpoint or core._checkpoint(WL, core.memory[WL], now + 1)
+    cp = core.decide(WL, now + 1).checkpoint or checkpoint_of(WL, core.memory[WL], now + 1)
     fresh = DeciderCore()
     fresh.on_checkpoint(cp)
     fresh.on_policy("shop/web", policy())

@@ -1,5 +1,5 @@
-"""The decider's per-workload and per-pool gauges, from a DeciderCore fed without Kafka: what a
-dashboard shows is what stage 1 and stage 2 decided."""
+"""The decider's per-workload and per-pool gauges, from the service fed its records without Kafka
+(`on_table`, `on_load`, `tick`): what a dashboard shows is what stage 1 and stage 2 decided."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from governor import events
+from governor.bus import Message
+from governor.ownership import Ownership
 from governor.spec import policy_from_obj
 from governor_decider.main import Decider, DeciderSettings
 
@@ -19,16 +21,23 @@ def _value(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
 
 
-def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str]:
+def _msg(topic: str, key: str | None, value: Any) -> Message[Any]:
+    return Message(topic=topic, partition=0, offset=0, key=key, value=value, timestamp_ms=0)
+
+
+async def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str, list[Message[Any]]]:
+    """A decider with a pool's node, two policies and their workloads (its tables), and the
+    load windows (not yet handed to it) that make both want to scale up."""
     d = Decider(DeciderSettings())  # no I/O until run()
+    cluster, workloads = events.CLUSTER.name, events.WORKLOADS.name
     gpus = [events.Device(type="gpu", minor=i, pcie=str(i), free=100, total=100) for i in (0, 1)]
     nics = [events.Device(type="rdma", minor=0, pcie="0", free=1, total=1)]
-    d._node(
-        events.NodeState(
-            node=f"{pool}-n", pool=pool, allocatable={"cpu": 8.0, "memory": 32 * GiB},
-            devices=gpus + nics,
-        )
+    node = events.NodeState(
+        node=f"{pool}-n", pool=pool, allocatable={"cpu": 8.0, "memory": 32 * GiB},
+        devices=gpus + nics,
     )  # fmt: skip
+    await d.on_table(_msg(cluster, node.node, node))
+    load: list[Message[Any]] = []
     train, web = f"{ns}/PyTorchJob/train", f"{ns}/Deployment/web"
     for name, kind, extra, requests in (
         ("train", "PyTorchJob", {"elastic": {"floor": 1}}, {"cpu": 1.0, "nvidia.com/gpu": 1.0,
@@ -52,37 +61,36 @@ def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str]:
                 },
             }
         )
-        d._policy(f"{ns}/{name}", events.PolicyRecord(policy=policy))
-        d._workload(
-            events.WorkloadState(
-                workload=policy.workload, spec_replicas=1, ready_replicas=1, observed_at=now - 1,
-                requests=requests, pool=pool, restarts=4 if name == "train" else 0,
-                started_at=now - 3600,
-            )
+        await d.on_table(
+            _msg(events.POLICIES.name, f"{ns}/{name}", events.PolicyRecord(policy=policy))
+        )
+        state = events.WorkloadState(
+            workload=policy.workload, spec_replicas=1, ready_replicas=1, observed_at=now - 1,
+            requests=requests, pool=pool, restarts=4 if name == "train" else 0,
+            started_at=now - 3600,
         )  # fmt: skip
+        await d.on_table(_msg(workloads, policy.workload, state))
         for kind_ in ("stable", "panic"):
             size = 60.0 if kind_ == "stable" else 6.0
-            d.stage1.on_window(
-                events.LoadWindow(
-                    workload=policy.workload, metric="q", window=kind_, start=now - size,
-                    end=now, count=10, mean=80.0, max=80.0, p95=80.0, newest_sample=now - 0.5,
-                    closed=False,
-                )
+            window = events.LoadWindow(
+                workload=policy.workload, metric="q", window=kind_, start=now - size,
+                end=now, count=10, mean=80.0, max=80.0, p95=80.0, newest_sample=now - 0.5,
+                closed=False,
             )  # fmt: skip
-    return d, train, web
+            load.append(_msg(d.load_topic.name, policy.workload, window))
+    return d, train, web, load
 
 
-def _recommend(d: Decider, published: list[object]) -> None:
-    """What governor.recommendations would carry back to the stage-2 core."""
-    for value in published:
-        if isinstance(value, events.Recommendation):
-            d.stage2.on_recommendation(value)
+def _recommendations(d: Decider, published: list[object]) -> list[Message[Any]]:
+    """What governor.recommendations would carry back to the decider (its stage 2)."""
+    topic = d.recommendations_topic.name
+    return [_msg(topic, v.workload, v) for v in published if isinstance(v, events.Recommendation)]
 
 
 async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recommendation() -> None:
     now = time.time()
     pool, ns = "metrics-test-pool", "metrics-test"
-    d, train, web = _decider(pool, ns, now)
+    d, train, web, load = await _decider(pool, ns, now)
     published: list[object] = []
 
     async def send(topic: object, value: object) -> None:
@@ -95,10 +103,8 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     d.producer.send = send  # type: ignore[method-assign,assignment]
     d.producer.publish = send  # type: ignore[method-assign,assignment]
     d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
-    await d._decide(train, now, "load")
-    await d._decide(web, now, "load")
-    _recommend(d, published)
-    await d._decide_pool(pool, now, "load")
+    await d.on_load(load)  # stage 1 of train and web
+    await d.on_load(_recommendations(d, published))  # stage 2: the pool, as a whole
 
     gpu, rdma = "nvidia.com/gpu", "koordinator.sh/rdma"
     cap = {r: _value("governor_decider_pool_capacity", pool=pool, resource=r) for r in (gpu, rdma)}
@@ -127,7 +133,7 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     assert _value("governor_decider_replicas", workload=train, kind="max") == 8
 
     # A deleted policy takes its workload's series with it.
-    d._policy(f"{ns}/train", None)
+    await d.on_table(_msg(events.POLICIES.name, f"{ns}/train", None))
     assert _value("governor_decider_replicas", workload=train, kind="desired") is None
     assert _value("governor_decider_elastic_restarts", workload=train) is None
     assert _value("governor_decider_metric_value", workload=train, metric="q") is None
@@ -146,7 +152,7 @@ async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due
     for trigger in ("tick", "load"):
         now = time.time()
         pool = f"latency-{trigger}-pool"
-        d, train, web = _decider(pool, f"latency-{trigger}", now)
+        d, _, _, load = await _decider(pool, f"latency-{trigger}", now)
         decisions: list[events.ScaleDecision] = []
 
         recs: list[object] = []
@@ -170,9 +176,18 @@ async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due
         d.producer.publish = send  # type: ignore[method-assign,assignment]
         d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
         before = observed()
-        await d._decide_all((train, web), now, trigger, d.stage1)
-        _recommend(d, recs)
-        await d._decide_pool(pool, now, trigger)
+        if trigger == "load":
+            await d.on_load(load)
+            await d.on_load(_recommendations(d, recs))
+        else:
+            for core in d.cores:  # what a rebalance gives a single instance
+                core.assign(Ownership.all())
+            for msg in load:  # the windows only: a tick evaluates them
+                d.stage1.on_load(msg.value)
+            await d.tick(now)  # stage 1 of both (stage 2's pool has no recommendation yet)
+            for msg in _recommendations(d, recs):
+                d.stage2.on_recommendation(msg.value)
+            await d.tick(now)  # stage 2 of the pool
         assert decisions, "both workloads want to scale up: stage 2 decides"
         counts[trigger] = observed() - before
         if trigger == "load":

@@ -79,7 +79,7 @@ async def test_gives_up_after_the_limit(server: tuple[TestServer, list[int]]) ->
     finally:
         await kube.api.close()
     assert err.value.status == 429 and err.value.retry_after == pytest.approx(0.1)
-    assert len(calls) == kube_mod._RETRY_AFTER_ATTEMPTS
+    assert len(calls) == kube_mod.RETRY_AFTER_ATTEMPTS
 
 
 @pytest.mark.parametrize(("path", "code"), [("forbidden", 403), ("busy", 503)])

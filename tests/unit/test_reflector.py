@@ -107,7 +107,7 @@ async def server() -> AsyncIterator[tuple[FakeServer, str]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield fake, f"http://127.0.0.1:{port}"
     finally:

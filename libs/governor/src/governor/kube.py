@@ -43,7 +43,7 @@ _json = msgspec.json.Decoder()
 
 # client-go's limit for answers carrying Retry-After; the wait is capped so that a server asking
 # for minutes does not hold a caller that has its own deadline.
-_RETRY_AFTER_ATTEMPTS = 10
+RETRY_AFTER_ATTEMPTS = 10
 _RETRY_AFTER_MAX_S = 5.0
 
 
@@ -167,10 +167,10 @@ class Kube:
         """One call; returns the decoded JSON answer (None for an empty body).
 
         An answer that says "not now, try again in N s" (429, or 5xx with Retry-After) is
-        retried after N s, up to `_RETRY_AFTER_ATTEMPTS` times, as client-go does: the server
+        retried after N s, up to `RETRY_AFTER_ATTEMPTS` times, as client-go does: the server
         did not act on the request, and a fresh CRD's storage or a restarting API server answer
         so for a second or two."""
-        for _ in range(_RETRY_AFTER_ATTEMPTS - 1):
+        for _ in range(RETRY_AFTER_ATTEMPTS - 1):
             try:
                 return await self._request_once(method, path, query, body, content_type)
             except KubeError as e:

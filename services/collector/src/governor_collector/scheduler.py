@@ -205,6 +205,11 @@ class Scheduler:
         async with self._lock:
             await asyncio.gather(*(self._stop(k) for k in list(self._running)))
 
+    async def start(self, w: WantedSource) -> None:
+        """Start one source outside a policy table (`apply` starts the table's)."""
+        async with self._lock:
+            await self._start(w)
+
     async def _start(self, w: WantedSource) -> None:
         t = w.target
         key = (t.workload, t.metric)
