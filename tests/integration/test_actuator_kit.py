@@ -144,7 +144,7 @@ async def install_crds(kube: Kube) -> None:
     for d in docs:
         await wait_established(kube, d["metadata"]["name"])
     # discovery of the new groups can lag the Established condition a little
-    kube._resources.clear()
+    kube.forget_discovery()
     for api_version, kind in [
         ("governor.dev/v1alpha1", "ScalingPolicy"),
         ("batch.volcano.sh/v1alpha1", "Job"),

@@ -244,7 +244,7 @@ async def test_bad_messages_go_to_the_dlq_and_the_good_ones_are_processed(
     c2 = Consumer(kafka_bootstrap, [t], group_id=f"dlq-{unique_suffix}")
     await c2.start()
     try:
-        assert await c2._c().committed(TopicPartition(t.name, 0)) == offset + 1
+        assert await c2.client.committed(TopicPartition(t.name, 0)) == offset + 1
     finally:
         await c2.stop()
 
@@ -455,7 +455,7 @@ async def test_a_restarted_consumer_resumes_from_its_committed_offset(
     second = Consumer(bootstrap, [t], group_id=group)
     await second.start()
     try:
-        assert await second._c().committed(TopicPartition(t.name, 0)) == 40
+        assert await second.client.committed(TopicPartition(t.name, 0)) == 40
         got = await consume_until(second, lambda g: len(g) >= 60)
     finally:
         await second.stop()
@@ -492,7 +492,7 @@ async def test_a_new_member_commits_where_it_starts_before_handling_anything(
             if got:
                 break
         # poll() commits nothing itself: this is the start, committed on the first fetch
-        assert got and await c._c().committed(tp) == got[0].offset == 0
+        assert got and await c.client.committed(tp) == got[0].offset == 0
     finally:
         await c.stop()
 

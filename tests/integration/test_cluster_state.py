@@ -27,13 +27,14 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from prometheus_client import REGISTRY
 
+from governor.bus import records_to_end, topic_partitions
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
 from governor.kube import Kube, KubeError, connect
 from governor.topics import ensure_topics
 from governor_collector.cluster.collector import (
-    INVALID_POLICIES,
     ClusterCollector,
     ClusterCollectorSettings,
 )
@@ -309,6 +310,11 @@ async def env(kube: Kube, kafka_bootstrap: str, kubeconfig_path: Any) -> AsyncIt
 # --- topic helpers ----------------------------------------------------------------------------
 
 
+def invalid_policies() -> float:
+    """The cluster collector's rejected-policy count (this process's registry)."""
+    return REGISTRY.get_sample_value("governor_collector_cluster_invalid_policies_total") or 0.0
+
+
 @dataclass
 class TopicLog:
     """Every record of a topic so far: per-key counts and the table (last value per key)."""
@@ -321,34 +327,20 @@ async def read_log(bootstrap: str, topic: str) -> TopicLog:
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await c.start()
     try:
-        parts = c.partitions_for_topic(topic)
-        if not parts:
-            await c._client._wait_on_metadata(topic)
-            parts = c.partitions_for_topic(topic) or set()
+        parts = await topic_partitions(c, topic, bootstrap, None)
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         c.assign(tps)
         await c.seek_to_beginning(*tps)
-        end = await c.end_offsets(tps)
         counts: dict[str, int] = {}
         table: dict[str, bytes] = {}
-        pending = {tp for tp in tps if end[tp] > 0}
-        while pending:
-            for tp in list(pending):
-                if await c.position(tp) >= end[tp]:
-                    pending.discard(tp)
-            if not pending:
-                break
-            batches = await c.getmany(*pending, timeout_ms=500)
-            for tp, records in batches.items():
-                for r in records:
-                    if r.offset >= end[tp]:
-                        break
-                    key = r.key.decode()
-                    counts[key] = counts.get(key, 0) + 1
-                    if r.value is None:
-                        table.pop(key, None)
-                    else:
-                        table[key] = r.value
+        async for records in records_to_end(c, tps, 120.0, topic):
+            for r in records:
+                key = r.key.decode()
+                counts[key] = counts.get(key, 0) + 1
+                if r.value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = r.value
         return TopicLog(counts, table)
     finally:
         await c.stop()
@@ -880,13 +872,13 @@ async def test_invalid_policies_never_reach_the_topic(env: Env) -> None:
             rejected.append(err.status)
     assert set(rejected) <= {422}, rejected  # Invalid, naming the field
     await create(e.kube, "governor.dev/v1alpha1", "scalingpolicies", good, namespace=e.ns)
-    invalid_before = INVALID_POLICIES._value.get()
+    invalid_before = invalid_policies()
     task = start_in_process(e)
     try:
         await wait_for(e, lambda logs: f"{e.ns}/good" in logs["policies"].table, "the good policy")
         await asyncio.sleep(SETTLE_S)
         logs = await snapshot(e)
         assert set(mine(e, logs["policies"].counts)) == {f"{e.ns}/good"}
-        assert INVALID_POLICIES._value.get() - invalid_before == len(accepted)
+        assert invalid_policies() - invalid_before == len(accepted)
     finally:
         await stop_task(task)

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import REGISTRY
 
-from governor.bus import Producer
+from governor.bus import Producer, topic_partitions
 from governor.events import (
     COLLECTOR_SOURCES,
     METRICS,
@@ -90,10 +90,7 @@ class TopicReader:
             bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False
         )
         await self._consumer.start()
-        parts = self._consumer.partitions_for_topic(self.topic)
-        if not parts:
-            await self._consumer._client._wait_on_metadata(self.topic)
-            parts = self._consumer.partitions_for_topic(self.topic) or set()
+        parts = await topic_partitions(self._consumer, self.topic, self.bootstrap, None)
         self._tps = [TopicPartition(self.topic, p) for p in parts]
         self._consumer.assign(self._tps)
         await self._consumer.seek_to_beginning(*self._tps)

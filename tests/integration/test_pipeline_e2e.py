@@ -99,7 +99,7 @@ async def _until_aggregating(
     so no sample of the trace falls before its starting point."""
     watch = Consumer(bootstrap, [load], group_id=None, check_keys=False)
     await watch.start()
-    await watch._c().seek_to_end()
+    await watch.client.seek_to_end()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

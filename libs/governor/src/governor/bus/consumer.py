@@ -210,6 +210,11 @@ class Consumer:
             raise RuntimeError("Consumer not started: await consumer.start() first")
         return self._consumer
 
+    @property
+    def client(self) -> AIOKafkaConsumer:
+        """The started aiokafka consumer: its committed offsets, its seeks."""
+        return self._c()
+
     # commits
 
     async def commit(self) -> None:
