@@ -27,6 +27,7 @@ from governor.ownership import partition_of
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
+from tests.support.cluster import instant_cluster
 from tests.support.procs import Service, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -190,25 +191,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
     await follow.start()
 
-    async def cluster() -> None:
-        """The cluster: each decision is taken up at once (ready immediately)."""
-        while True:
-            for m in await follow.poll(500):
-                d = m.value
-                if d is None or d.workload not in ours:
-                    continue
-                decisions_seen.append(d)
-                await producer.send(
-                    events.WORKLOADS,
-                    events.WorkloadState(
-                        workload=d.workload,
-                        spec_replicas=d.to_replicas,
-                        ready_replicas=d.to_replicas,
-                        observed_at=time.time(),
-                    ),
-                )
-
-    cluster_task = asyncio.create_task(cluster())
+    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
     killed, survivor = deciders
     killed_at = 0.0
     try:

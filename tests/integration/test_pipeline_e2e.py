@@ -31,6 +31,7 @@ from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_decider import journal
+from tests.support.cluster import instant_cluster
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -185,24 +186,7 @@ async def test_samples_to_decisions_end_to_end(
     follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
     await follow.start()
 
-    async def cluster() -> None:
-        while True:
-            for m in await follow.poll(500):
-                d = m.value
-                if d is None or d.workload not in ours:
-                    continue
-                decisions_seen.append(d)
-                await producer.send(
-                    events.WORKLOADS,
-                    events.WorkloadState(
-                        workload=d.workload,
-                        spec_replicas=d.to_replicas,
-                        ready_replicas=d.to_replicas,
-                        observed_at=time.time(),
-                    ),
-                )
-
-    cluster_task = asyncio.create_task(cluster())
+    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
     await _until_aggregating(
         bootstrap, producer, f"{ns}/Deployment/warmup", metrics_topic, load_topic
     )
