@@ -29,6 +29,7 @@ from governor.bus import (
 )
 from governor.topics import describe_topics, ensure_topics
 from tests.fixtures.kafka import KafkaBroker
+from tests.support.waiting import wait_for
 from tests.unit.test_events import examples
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -38,14 +39,6 @@ JSON = [("content-type", b"application/json"), ("schema-version", b"1")]
 
 def renamed(topic: events.Topic[Any], prefix: str, **changes: Any) -> events.Topic[Any]:
     return dataclasses.replace(topic, name=f"{prefix}.{topic.name}", **changes)
-
-
-async def wait_for(cond: Callable[[], bool], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def read_raw(bootstrap: str, name: str, n: int, within_s: float = 30) -> list[Any]:

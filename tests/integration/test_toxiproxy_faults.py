@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from governor_tools.toxiproxy import Toxiproxy
 from tests.fixtures.kube import load_configuration, unique_name
 from tests.fixtures.toxiproxy import ProxiedKafka
 from tests.support.procs import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -36,14 +36,6 @@ LATENCY_MS = 2000
 LATENCY_S = 6.0  # long enough for a few round trips at 2 s each way
 BUS_PARTITION_S = 20.0  # issue #21's partition
 KUBE_PARTITION_S = 10.0
-
-
-async def wait_for(cond: Callable[[], bool], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @dataclasses.dataclass
