@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from governor_tools.demo import scenario as sc
 from tests.chaos.load import LoadPlan
-from tests.fixtures.prometheus import Exporter, PrometheusServer, free_port
+from tests.fixtures.prometheus import Exporter, PrometheusServer
+from tests.support.procs import free_port
 
 PULLED = 4  # web-00 .. web-03 read their load from Prometheus
 QUERY_INTERVAL_S = 0.5

@@ -18,7 +18,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from governor import bus
 from governor.events import ACTUATIONS, DECISIONS, Actuation, Reason, ScaleDecision
 from governor.kube import Kube, KubeError, connect
+from tests.support.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -365,12 +365,6 @@ def decision(
 
 
 # --- the actuator as a process ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass

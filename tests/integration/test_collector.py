@@ -653,7 +653,7 @@ async def test_entry_point_sigterm_flushes_accepted_pushes(kafka_bootstrap: str)
     metrics_topic = f"test.collector.metrics.{uid()}"
     policies_topic = f"test.collector.policies.{uid()}"
     await make_topics(kafka_bootstrap, metrics_topic, policies_topic)
-    from tests.fixtures.prometheus import free_port
+    from tests.support.procs import free_port
 
     port = free_port()
     env = {

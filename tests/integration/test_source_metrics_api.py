@@ -13,7 +13,7 @@ from aiohttp import web
 from governor.spec import MetricsApiSource as ApiSpec
 from governor.spec import TargetRef
 from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
-from tests.fixtures.prometheus import free_port
+from tests.support.procs import free_port
 
 pytestmark = pytest.mark.integration
 
