@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from governor import events
 from governor.bus import Consumer, Message, Producer
@@ -96,6 +97,18 @@ class Member:
         return out
 
 
+async def group_members(bootstrap: str, group: str) -> tuple[str, int]:
+    """The group's state and member count, as the broker's coordinator has them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (resp,) = await admin.describe_consumer_groups([group])
+        (desc,) = resp.to_object()["groups"]
+        return desc["state"], len(desc["members"])
+    finally:
+        await admin.close()
+
+
 async def test_a_read_longer_than_the_session_keeps_the_member_and_holds_its_records(
     kafka_bootstrap: str, unique_suffix: str
 ) -> None:
@@ -105,11 +118,15 @@ async def test_a_read_longer_than_the_session_keeps_the_member_and_holds_its_rec
         for _ in range(20):
             await p.publish(t, _decision())
         await p.flush()
-    member = Member(kafka_bootstrap, t, f"restore-{unique_suffix}", read_s=2.5 * SESSION_MS / 1e3)
+    group = f"restore-{unique_suffix}"
+    member = Member(kafka_bootstrap, t, group, read_s=2.5 * SESSION_MS / 1e3)
     await member.start()
     try:
         await wait_for(lambda: len(member.handled) >= 20, 60, "the records after the restore")
         await asyncio.sleep(2 * SESSION_MS / 1e3)  # a member dropped would rejoin meanwhile
+        # The broker's view: a read inside the callback (no heartbeats until it returns) had it
+        # "failed, removing it from the group" a session after the assignment, the group Empty.
+        assert await group_members(kafka_bootstrap, group) == ("Stable", 1)
     finally:
         await member.stop()
     # One assignment: the coordinator never removed the member while it read.
