@@ -3,13 +3,14 @@ scenario runner share (a workload its load evaluated within the last two ticks i
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.decider import DeciderCore, pool_key
 from governor.events import NodeState
-from governor.ownership import Ownership
-from tests.unit.test_cores_decider import WL, core_with
+from governor.ownership import Ownership, partition_of
+from tests.unit.test_cores_decider import WL, core_with, window
 
 
 def ticked(core: DeciderCore, now: float) -> list[str]:
@@ -54,3 +55,32 @@ def test_a_split_core_ticks_its_own_stage_only() -> None:
     both = DeciderCore()
     both.on_node(node)
     assert ticked(both, 10.0) == [pool_key("gpu")]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.frozensets(st.integers(0, 5)), st.frozensets(st.integers(0, 5)))
+def test_the_tick_leaves_out_the_partitions_still_behind(
+    load_behind: frozenset[int], recs_behind: frozenset[int]
+) -> None:
+    workloads = [f"shop/Deployment/w{i}" for i in range(40)]
+    pools = [f"pool-{i}" for i in range(12)]
+    everything = Ownership(6, frozenset(range(6)), 6, frozenset(range(6)))
+    one, two = DeciderCore(role="stage1"), DeciderCore(role="stage2")
+    for core in (one, two):
+        for i, pool in enumerate(pools):
+            core.on_node(NodeState(node=f"n{i}", pool=pool, allocatable={"cpu": 8.0}))
+        core.assign(everything, 0.0)
+        for w in workloads:
+            core.on_window(msgspec.structs.replace(window(5.0, 100.0), workload=w))
+        core.behind_on(Ownership(6, load_behind, 6, recs_behind))
+    assert ticked(one, 10.0) == sorted(
+        w for w in workloads if partition_of(w, 6) not in load_behind
+    )
+    assert ticked(two, 10.0) == [
+        pool_key(p) for p in sorted(pools) if partition_of(p, 6) not in recs_behind
+    ]
+    # A new assignment knows nothing of the old backlog.
+    one.assign(everything, 20.0)
+    for w in workloads:
+        one.on_window(msgspec.structs.replace(window(25.0, 100.0), workload=w))
+    assert ticked(one, 30.0) == sorted(workloads)

@@ -515,6 +515,9 @@ DECIDER_STATE: Topic[DeciderCheckpoint] = Topic(
     "workload (a Shadow policy's: workload#namespace/name of the policy)",
     compacted=True,
     retention_ms=None,
+    # Every workload's checkpoint is rewritten every few seconds: a segment a minute keeps what a
+    # new owner reads at an assignment near one record per key (`Topic.segment_ms`).
+    segment_ms=60_000,
     writers=("decider",),
     readers=("decider",),
 )

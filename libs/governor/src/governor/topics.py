@@ -4,7 +4,8 @@ The table is `governor.events.TOPICS` (name, type, key, compacted, partitions, r
 `specs()` turns it into broker-level settings, adding one `<topic>.dlq` per topic:
 
 * compacted topics (policies, workloads, cluster) get `cleanup.policy=compact` and no time
-  retention: the latest value per key is the state, a tombstone (null value) deletes it;
+  retention: the latest value per key is the state, a tombstone (null value) deletes it; one
+  rewritten all the time (the decider's checkpoints) also rolls its segments (`segment.ms`);
 * the others get `cleanup.policy=delete` with the contract's retention;
 * dead-letter topics keep everything that went wrong for 14 days, `delete` policy (never
   compacted: two bad messages with one key are both evidence), one partition.
@@ -75,6 +76,11 @@ def spec_for(topic: Topic[Any], *, partitions: int | None = None) -> TopicSpec:
         configs["retention.ms"] = "-1"
         # keep tombstones a day so every table reader sees the delete before it goes
         configs["delete.retention.ms"] = str(24 * 3600 * 1000)
+        if topic.segment_ms is not None:
+            # Only closed segments are compacted. Once rolled, a segment of rewrites of the same
+            # keys is mostly dirty, so the cleaner's default `min.cleanable.dirty.ratio` (0.5)
+            # picks it up on its next pass: the roll is the one setting such a topic needs.
+            configs["segment.ms"] = str(topic.segment_ms)
     else:
         configs["retention.ms"] = str(topic.retention_ms if topic.retention_ms else -1)
     return TopicSpec(

@@ -11,9 +11,10 @@ and stage 2, as separate instances would hold them. This shell
   `governor.cores.decider_handover`); stage 2 decides each recommended workload of a pool
   without inventory (one handed over), then runs the allocation once per touched pool with
   inventory;
-- follows its partitions: on an assignment it reads governor.decider-state and hands the
-  checkpoints to the cores (applied on first use); before the load offsets are committed (every
-  `checkpoint_seconds`) and when partitions are revoked it writes stage 1's checkpoints;
+- follows its partitions: a new assignment stays paused while it reads governor.decider-state
+  (outside the rebalance: `restorer`) and hands the checkpoints to the cores (applied on first
+  use); before the load offsets are committed (every `checkpoint_seconds`) and when partitions
+  are revoked it writes stage 1's checkpoints;
 - ticks every `tick_seconds` (the cores' `tick`, `governor.cores.decider_due`) over the
   workloads it owns, so staleness, fallback, cooldowns and panic exit fire without input (a
   workload its load evaluated within the last two ticks is skipped);
@@ -51,19 +52,16 @@ from governor_decider.cli import PREFIX
 from governor_decider.journal import Journal, stage2_path
 from governor_decider.metrics import (
     DECISIONS,
-    ELASTIC_RESTARTS,
     EVALUATIONS,
     LATENCY,
-    METRIC_TARGET,
-    METRIC_VALUE,
-    PANIC,
     POOL_SECONDS,
-    REPLICAS,
     SHADOW_REPLICAS,
     SHORTFALLS,
     WORKLOAD_DECISIONS,
     pool_metrics,
+    recommendation_metrics,
 )
+from governor_decider.restorer import Restorer
 from governor_decider.settings import DeciderSettings
 
 log = logging.getLogger("governor.decider")
@@ -127,8 +125,6 @@ class Decider:
             on_assigned=self._assigned,
             on_revoked=self._revoked,
             before_commit=self._before_commit,
-            # An assignment reads the checkpoints table (seconds at 10,000 workloads on a loaded
-            # machine): a 10 s session let the group drop the member meanwhile, round and round.
             session_timeout_ms=30_000,
             max_poll_records=settings.max_poll_records,
             **(
@@ -137,6 +133,8 @@ class Decider:
                 else {}
             ),
         )
+        # The checkpoints of an assignment are read outside the rebalance (restorer.py says why).
+        self.restorer = Restorer(self.load, self._read_checkpoints, self._restored)
         path = settings.journal  # one journal per stage (replay each through a core of that role)
         self.journals = [Journal(Path(path)), Journal(stage2_path(Path(path)))] if path else []
         self._flushed_at = time.monotonic()
@@ -149,7 +147,12 @@ class Decider:
 
     @property
     def ready(self) -> bool:
-        return self.tables_loaded and self.producer.ready and self.load.ready
+        return (
+            self.tables_loaded
+            and self.producer.ready
+            and self.load.ready
+            and self.restorer.restored
+        )
 
     async def restore(self) -> None:
         sec = self.s.kafka.security
@@ -316,6 +319,13 @@ class Decider:
 
     async def tick(self, now: float) -> cores.Outputs[Any]:
         async with self._lock:
+            # A partition far behind its end (a backlog after a handover or a stall): its
+            # workloads' windows are stale and newer ones are being read; ticking them all
+            # would only add to the backlog.
+            limit = self.s.behind_records
+            behind = self._ownership(tp for tp, n in self.load.lag().items() if n > limit)
+            for core in self.cores:
+                core.behind_on(behind)
             await self._tick(now)
         consumer_lag(self.load)
         consumer_lag(self.tables)
@@ -342,27 +352,37 @@ class Decider:
     # --- partitions: the cores' memory follows them ------------------------------------------
 
     async def _assigned(self, tps: set[Any]) -> None:
-        """A rebalance gave this instance `tps`: read the checkpoints (the previous owners wrote
-        theirs before giving the partitions up) and hand them to the cores."""
+        """A rebalance gave this instance `tps`: paused until their checkpoints are read (the
+        previous owners wrote theirs before giving the partitions up) and handed over."""
+        await self.restorer.assigned(tps)
+
+    def _ownership(self, tps: Iterable[Any]) -> Ownership:
+        """`tps` (of the load and recommendations topics) as the cores' `Ownership`."""
         load, recs = self.load_topic.name, self.recommendations_topic.name
-        own = Ownership(
+        tps = list(tps)
+        return Ownership(
             self.load.partition_count(load),
             frozenset(tp.partition for tp in tps if tp.topic == load),
             self.load.partition_count(recs),
             frozenset(tp.partition for tp in tps if tp.topic == recs),
         )
+
+    async def _read_checkpoints(self) -> dict[str, events.DeciderCheckpoint]:
         sec = self.s.kafka.security
-        # The lock is held throughout: a tick must not evaluate an owned workload before its
-        # checkpoint is in (the rebalance holds the fetches already).
+        return await read_table(
+            self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
+        )
+
+    async def _restored(self, tps: set[Any], table: dict[str, events.DeciderCheckpoint]) -> None:
+        """The cores own `tps` from now on, with their checkpoints; nothing awaited under the
+        lock, so a revocation finds this either not begun or done."""
+        own = self._ownership(tps)
         async with self._lock:
             now = time.time()
             for core in self.cores:
                 core.assign(own, now)
             for j in self.journals:
                 j.assign(own, now)
-            table = await read_table(
-                self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
-            )
             for cp in table.values():
                 for i in restoring_stages(cp):
                     self.cores[i].on_checkpoint(cp)
@@ -372,6 +392,7 @@ class Decider:
 
     async def _revoked(self, tps: set[Any]) -> None:
         """Before the offsets are committed and the partitions go: stage 1's checkpoints."""
+        await self.restorer.revoked(tps)
         async with self._lock:
             await self._flush()
             now = time.time()
@@ -479,23 +500,7 @@ class Decider:
         rec = out.recommendation
         if rec is not None:
             _queue(queued, self.recommendations_topic, rec)
-            child = self._child
-            for kind, value in (
-                ("current", rec.current),
-                ("desired", rec.desired),
-                ("min", rec.min_replicas),
-                ("max", rec.max_replicas),
-            ):
-                child(REPLICAS, workload, kind).set(value)
-            child(PANIC, workload).set(any(r.rule == "panic" for r in rec.reasons))
-            for inp in rec.inputs:
-                child(METRIC_TARGET, workload, inp.metric, inp.target_type).set(inp.target)
-                if inp.value is not None:
-                    child(METRIC_VALUE, workload, inp.metric).set(inp.value)
-            if rec.elastic:
-                observed = self.stage1.workloads.get(workload)
-                if observed is not None:
-                    self._child(ELASTIC_RESTARTS, workload).set(observed.restarts)
+            recommendation_metrics(rec, self.stage1.workloads.get(workload), self._child)
         for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
             _queue(queued, events.SHADOW_DECISIONS, shadow)
             self._child(SHADOW_REPLICAS, workload, shadow.policy).set(shadow.to_replicas)
@@ -550,6 +555,7 @@ class Decider:
             self.s.tick_seconds,
             until=self._stop.is_set,
         )
+        await self.restorer.cancel()
         async with self._lock:
             await self._flush()
         # The consumer's last commit flushes again (what it handled meanwhile) and goes through.

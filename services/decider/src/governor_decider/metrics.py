@@ -133,3 +133,27 @@ def pool_metrics(
         POOL_ALLOCATED.labels(pool, r).set(a)
     for r, a in short.items():
         POOL_SHORTFALL.labels(pool, r).set(a)
+
+
+def recommendation_metrics(
+    rec: events.Recommendation,
+    observed: events.WorkloadState | None,
+    child: Callable[..., Any],
+) -> None:
+    """A workload's replicas, panic, metric values and targets, and an elastic job's restarts,
+    as its latest recommendation has them (`child`: a cached labels())."""
+    workload = rec.workload
+    for kind, value in (
+        ("current", rec.current),
+        ("desired", rec.desired),
+        ("min", rec.min_replicas),
+        ("max", rec.max_replicas),
+    ):
+        child(REPLICAS, workload, kind).set(value)
+    child(PANIC, workload).set(any(r.rule == "panic" for r in rec.reasons))
+    for inp in rec.inputs:
+        child(METRIC_TARGET, workload, inp.metric, inp.target_type).set(inp.target)
+        if inp.value is not None:
+            child(METRIC_VALUE, workload, inp.metric).set(inp.value)
+    if rec.elastic and observed is not None:
+        child(ELASTIC_RESTARTS, workload).set(observed.restarts)

@@ -42,6 +42,11 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # decisions): at 2,000 the instance owning a big pool's stage 2 fell ~10,000 load windows
     # behind at 10,000 workloads while its peer kept up.
     max_poll_records: int = 10_000
+    # A load or recommendations partition more than this many records behind its end is left
+    # out of the tick until it caught up (about a second of load per partition at 10,000
+    # workloads on 6 partitions): its windows are stale and evaluating them all by time, every
+    # tick, took the CPU the catch-up needed.
+    behind_records: int = 2_000
     # Stage 2 of a workload whose pool has no node in the cluster table (and is not elastic) runs
     # in the decider owning its load partition (governor.cores.decider_handover): false sends
     # every recommendation to the pool's owner, as before.

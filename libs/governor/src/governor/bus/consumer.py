@@ -164,6 +164,10 @@ class Consumer:
         self._probe = asyncio.create_task(self._liveness.run(consumer.topics), name="bus probe")
 
     @property
+    def started(self) -> bool:
+        return self._consumer is not None
+
+    @property
     def ready(self) -> bool:
         """Started, not stopping, and a broker answered (records, a metadata probe) lately."""
         c = self._consumer
@@ -204,6 +208,33 @@ class Consumer:
     def partition_count(self, topic: str) -> int:
         """How many partitions `topic` has, from the metadata the consumer holds (0: unknown)."""
         return len(self._c().partitions_for_topic(topic) or ())
+
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        """Fetch nothing more of `tps` until `resume` (still assigned: no rebalance)."""
+        self._c().pause(*tps)
+
+    def resume(self, tps: Iterable[TopicPartition]) -> None:
+        """Fetch `tps` again, from where they were paused."""
+        c = self._c()
+        c.resume(*(tp for tp in tps if tp in c.assignment()))
+
+    def handles(self, tp: TopicPartition) -> bool:
+        """Whether records of `tp` fetched earlier may still be handled now: it is assigned and
+        not paused. A partition revoked or paused since (its fetch predates the rebalance that
+        gave it back, whose new position is its committed offset) is read again from there."""
+        c = self._c()
+        return self.group_id is None or (tp in c.assignment() and tp not in c.paused())
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records between the next one to handle and the end (last stable offset of the latest
+        fetch), per assigned partition; 0 where either is not known yet (nothing fetched)."""
+        c = self._c()
+        out = {}
+        for tp in c.assignment():
+            end = c.last_stable_offset(tp)
+            pos = self._processed.get(tp, self._first_fetched.get(tp))
+            out[tp] = 0 if end is None or pos is None else max(0, end - pos)
+        return out
 
     def _c(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -490,10 +521,16 @@ class Fetch:
         """Every partition's messages, each partition's in offset order, one after another."""
         return [m for _, good, _ in self.parts for m in good]
 
+    def _live(self) -> None:
+        """Drop the partitions a rebalance took (or paused) since the fetch: not handled, not
+        marked processed, so their offsets are not committed past what was handled."""
+        self.parts = [p for p in self.parts if self.consumer.handles(p[0])]
+
     async def handle(self, handler: BatchHandler) -> None:
         """One call with every message, so a handler whose cost is per call (acknowledgements it
         waits for) pays it once per fetch. If it raises, each message is retried alone and only
         the failing ones are dead-lettered (`Consumer.run_batches`' rule)."""
+        self._live()
         c, processed = self.consumer, self.consumer._processed
         msgs = self.messages
         if msgs:
@@ -511,6 +548,7 @@ class Fetch:
 
     async def handle_each(self, handler: Handler) -> None:
         """One call per message (`Consumer.run`'s rule: a raising one is dead-lettered)."""
+        self._live()
         c, processed = self.consumer, self.consumer._processed
         for tp, good, records in self.parts:
             for msg in good:

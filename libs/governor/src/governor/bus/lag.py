@@ -28,27 +28,33 @@ def record_consumer_lag(
     the next offset to handle there; returns the lag by topic. Every topic of `topics` gets a
     value (0 when this process owns none of its partitions), so a sum over the instances of a
     group is the group's lag. Partitions whose end or position is not known yet count 0."""
-    lag = dict.fromkeys(topics, 0)
+    per_partition = {}
     for tp, end in ends.items():
         pos = done.get(tp)
-        if end is None or pos is None or tp.topic not in lag:
-            continue
-        lag[tp.topic] += max(0, end - pos)
-    for topic, n in lag.items():
+        if end is not None and pos is not None:
+            per_partition[tp] = max(0, end - pos)
+    return record_lag(group, topics, per_partition)
+
+
+def record_lag(
+    group: str, topics: Iterable[str], lag: Mapping[TopicPartition, int]
+) -> dict[str, int]:
+    """`record_consumer_lag` from each owned partition's lag itself."""
+    by_topic = dict.fromkeys(topics, 0)
+    for tp, n in lag.items():
+        if tp.topic in by_topic:
+            by_topic[tp.topic] += n
+    for topic, n in by_topic.items():
         CONSUMER_LAG.labels(topic, group).set(n)
-    return lag
+    return by_topic
 
 
 def consumer_lag(consumer: Consumer) -> dict[str, int]:
-    """`record_consumer_lag` for a bus Consumer: end = the last stable offset of the latest fetch,
-    position = the next offset not yet handled (else the first offset handed out; a partition
-    none of whose records was handed out yet counts 0). Call it periodically (the decider does
-    on every tick); cheap, no request to the broker."""
-    c = consumer._consumer
-    if c is None:
+    """`record_lag` for a bus Consumer (`Consumer.lag`: end = the last stable offset of the
+    latest fetch, position = the next offset not yet handled; a partition none of whose records
+    was handed out yet counts 0). Call it periodically (the decider does on every tick); cheap,
+    no request to the broker."""
+    if not consumer.started:
         return {}
-    assigned = c.assignment()
-    ends = {tp: c.last_stable_offset(tp) for tp in assigned}
-    done = {tp: consumer._processed.get(tp, consumer._first_fetched.get(tp)) for tp in assigned}
     group = consumer.group_id or str(consumer._options["client_id"])
-    return record_consumer_lag(group, [t.name for t in consumer.topics], ends, done)
+    return record_lag(group, [t.name for t in consumer.topics], consumer.lag())

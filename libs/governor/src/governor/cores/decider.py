@@ -132,6 +132,9 @@ class DeciderCore:
     # The policy's evaluation; the simulator's reference runs bring their own (the oracle's plan).
     evaluate: Evaluate = evaluate_policy
     ownership: Ownership = field(default_factory=Ownership.all)
+    # The owned partitions whose backlog the shell is still reading (`behind_on`): the tick
+    # leaves their workloads (load) and pools (recommendations) to the catch-up.
+    behind: Ownership = field(default_factory=Ownership)
     # Split roles: checkpoints read at the last assignment, applied on first use (by key).
     restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
     # Stage 1: workloads evaluated since the last `checkpoints_due`.
@@ -235,6 +238,7 @@ class DeciderCore:
         """A rebalance at `now`: forget every workload's and pool's memory (the tables stay);
         the checkpoints that follow (`on_checkpoint`) restore what this instance now owns."""
         self.ownership = ownership
+        self.behind = Ownership()
         self.settled_at = now + self.settle_seconds
         held = (self.memory, self.windows, self.recommendations, self.pools, self.published)
         for table in (*held, self.evaluated):
@@ -243,6 +247,11 @@ class DeciderCore:
         self.dirty.clear()
         self.handed.clear()
         self.shadow_memory.clear()
+
+    def behind_on(self, behind: Ownership) -> None:
+        """The partitions (of those owned) with a backlog: a tick would decide on the stale
+        windows and recommendations held for them, newer ones already being on their way."""
+        self.behind = behind
 
     def _mem(self, workload: str) -> Memory:
         """A workload's memory; in a split core restored from its checkpoint on first use."""

@@ -17,15 +17,17 @@ def due_by_time(
     """Every workload with load, and every member of a pool with inventory (stage 2 needs a
     pool's whole set), that `core` owns, in order; except those evaluated on their load since
     `recent` (`evaluated`: workload -> when), which time still reaches on the next tick (at least
-    every two, for staleness, fallback, cooldowns and panic exit)."""
+    every two, for staleness, fallback, cooldowns and panic exit), and those of a load partition
+    still behind (`DeciderCore.behind`: its newer windows are on their way, and the catch-up
+    evaluates them)."""
     pools = set(core.inventory_pools())
     members = {w for w, p in core.policies.items() if p.spec.pool in pools}
-    owns = core.ownership.owns_workload
+    owns, late = core.ownership.owns_workload, core.behind.owns_workload
     done = evaluated or {}
     return [
         w
         for w in sorted(set(core.windows) | members)
-        if done.get(w, -math.inf) < recent and owns(w)
+        if done.get(w, -math.inf) < recent and owns(w) and not late(w)
     ]
 
 
@@ -40,6 +42,6 @@ def due_now(core: DeciderCore, now: float) -> list[str]:
 
 def due_pools(core: DeciderCore) -> list[str]:
     """Stage 2 by time: every owned pool with inventory (a node, GPU or NIC failure changes its
-    allocation)."""
-    owned = core.ownership.owns_pool
-    return [pool for pool in core.inventory_pools() if owned(pool)]
+    allocation), except those whose recommendations partition is behind (`DeciderCore.behind`)."""
+    owned, late = core.ownership.owns_pool, core.behind.owns_pool
+    return [pool for pool in core.inventory_pools() if owned(pool) and not late(pool)]
