@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor import events
-from governor.cores.aggregator import AggregatorCore, WorkloadSamples
+from governor.cores.aggregator import AggregatorCore, PolicyWindows, WorkloadSamples
 from governor.policy.recommend import keep_newest
-from governor.spec import ScalingPolicySpec
+from governor.spec import ObjectMeta, ScalingPolicy, ScalingPolicySpec
 from governor.window_sizes import (
     MAX_OPEN_WINDOWS,
     MAX_WINDOW_SECONDS,
@@ -166,3 +166,26 @@ def test_the_decider_takes_a_window_of_a_new_size_even_if_it_starts_earlier() ->
     assert held[("rps", "stable")].end - held[("rps", "stable")].start == 120.0
     keep_newest(held, "rps", [view(890.0, 1010.0, 5)])  # an older one of the same size: not
     assert held[("rps", "stable")].start == 900.0
+
+
+def record(panic: dict[str, Any] | None, **kw: Any) -> events.PolicyRecord:
+    s = spec(panic)
+    changes = {"mode": kw.pop("mode")} if "mode" in kw else {}
+    policy = ScalingPolicy(
+        metadata=ObjectMeta(name="web", namespace="ns"),
+        spec=msgspec.structs.replace(s, **changes),
+    )
+    return events.PolicyRecord(policy=policy, **kw)
+
+
+def test_the_policies_table_gives_each_workload_its_active_policys_windows() -> None:
+    table = PolicyWindows(DEFAULTS, "file")
+    small = window_sizes(spec({"windowSeconds": 4, "stableWindowSeconds": 30}), DEFAULTS)
+    assert table.on("ns/web", record({"windowSeconds": 4, "stableWindowSeconds": 30})) == {W: small}
+    # A new version of the same policy: one change, not the defaults first.
+    assert table.on("ns/web", record({})) == {W: DEFAULTS}
+    assert table.on("ns/web", record(None, origin="cluster")) == {}  # another source: ignored
+    assert table.on("ns/web", record({"windowSeconds": 4}, mode="Shadow")) == {W: None}
+    assert table.on("ns/web", record({"windowSeconds": 4, "stableWindowSeconds": 30})) == {W: small}
+    assert table.on("ns/web", None) == {W: None}  # deleted: the defaults
+    assert table.on("ns/web", None) == {}
