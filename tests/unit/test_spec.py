@@ -106,6 +106,11 @@ def test_pasted_hpa_behavior_is_accepted_unchanged() -> None:
         ({"fallback": {"replicas": 3}}, "spec.fallback", "failureThreshold"),
         ({"fallback": {"replicas": 30, "failureThreshold": 3}}, "spec.fallback.replicas", "within"),
         ({"panic": {"thresholdPercent": 50}}, "spec.panic.thresholdPercent", "> 100"),
+        (
+            {"panic": {"stableWindowSeconds": 601}},
+            "spec.panic.stableWindowSeconds",
+            "must be <= 600",
+        ),
         ({"minReplcas": 2}, "spec", "unknown field `minReplcas`"),
     ],
 )

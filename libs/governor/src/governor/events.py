@@ -418,7 +418,8 @@ POLICIES: Topic[PolicyRecord] = Topic(
     retention_ms=None,
     # `governor policies apply` (no cluster) writes as admin
     writers=("cluster-collector",),
-    readers=("collector", "cluster-collector", "decider"),
+    # the aggregator reads it group-less: each workload's windows (governor.window_sizes)
+    readers=("collector", "cluster-collector", "decider", "aggregator"),
 )
 WORKLOADS: Topic[WorkloadState] = Topic(
     "governor.workloads",

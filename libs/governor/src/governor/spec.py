@@ -23,6 +23,7 @@ import msgspec
 from governor.spec_base import PolicyError
 from governor.spec_base import Spec as _Spec
 from governor.spec_forecast import EventReductionSpec, ForecastSpec
+from governor.window_sizes import check_panic
 
 API_VERSION = "governor.dev/v1alpha1"
 KIND = "ScalingPolicy"
@@ -471,14 +472,7 @@ def _check_spec(spec: ScalingPolicySpec) -> None:
                 f"({spec.min_replicas}..{spec.max_replicas}), got {fb.replicas}",
             )
     if spec.panic is not None:
-        p = spec.panic
-        if not 0 < p.window_seconds < p.stable_window_seconds:
-            raise PolicyError(
-                "panic.windowSeconds",
-                "must be > 0 and shorter than spec.panic.stableWindowSeconds",
-            )
-        if p.threshold_percent <= 100:
-            raise PolicyError("panic.thresholdPercent", "must be > 100 (Knative: 200)")
+        check_panic(spec.panic)  # with the aggregator's window limit
     if spec.scale_to_zero is not None:
         z = spec.scale_to_zero
         if z.cooldown_seconds < 0 or z.activation_threshold < 0:

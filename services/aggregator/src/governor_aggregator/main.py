@@ -2,9 +2,11 @@
 
 Per (workload, metric) it keeps a stable window (default 60 s, hopping every 10 s) and a panic
 window (default 6 s, hopping every 2 s) over event time, computed by `governor.windows` — the
-same code the simulator runs. Per series it publishes ONE LoadWindow message whenever windows
-close (the closed ones and the open windows' estimates, in `LoadWindow.more`), and otherwise
-the open windows' estimates at most every `publish_interval_ms`, so a decision never waits for
+same code the simulator runs; a workload whose policy has `panic` gets that section's windows
+(`governor.window_sizes`, read from governor.policies by `governor_aggregator.policies`).
+Per series it publishes ONE LoadWindow message whenever windows close (the closed ones and
+the open windows' estimates, in `LoadWindow.more`), and otherwise the open windows' estimates
+at most every `publish_interval_ms`, so a decision never waits for
 a whole window and the load topic carries about one message per series and second.
 
 Only faust's public API (tests/unit/test_aggregator_faust_api.py lists what it relies on and fails
@@ -68,7 +70,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import faust
@@ -101,6 +103,7 @@ from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter, Tally
 from governor_aggregator.cli import PREFIX
+from governor_aggregator.policies import PolicyFollower
 from governor_aggregator.table import WorkloadTable
 
 log = logging.getLogger("governor.aggregator")
@@ -152,6 +155,11 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     # default, 60 s, left a killed worker's workloads unaggregated for a minute; the deciders'
     # consumers use aiokafka's 10 s). Heartbeats go every 3 s, so a stalled loop has ~6 beats.
     session_timeout_seconds: float = 20.0
+    # The one source of truth for policies (the decider's `policy_source`), whose windows each
+    # workload gets (governor_aggregator.policies); nothing is folded before they were read,
+    # or this long.
+    policy_source: events.PolicyOrigin = "file"
+    policies_wait_seconds: float = 30.0
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
@@ -221,6 +229,20 @@ class Aggregation:
         self.checkpointed_at = time.monotonic()
         self.checkpoint_s = s.checkpoint_interval_ms / 1000.0
         self.lock = asyncio.Lock()  # a checkpoint never lands inside a batch
+        self.policies = PolicyFollower(
+            self.core,
+            s,
+            bootstrap=s.kafka.bootstrap,
+            security=s.kafka.security,
+            client_id=f"{s.app_id}-policies",
+            source=s.policy_source,
+            locked=self.locked,
+        )
+
+    async def locked(self, change: Callable[[], None]) -> None:
+        """`change` to the core between batches and checkpoints (a policy's windows)."""
+        async with self.lock:
+            change()
 
     def hold(self, workload: str) -> None:
         """The core holds `workload`'s state: from the table when it did not."""
@@ -258,6 +280,7 @@ class Aggregation:
     async def handle(self, batch: list[Any]) -> None:
         """One batch of records: per workload all its samples folded at once, and per series
         at most one load message; its events are acked by the next checkpoint."""
+        await self.policies.ready.wait()  # each workload's windows before its first sample
         async with self.lock:
             await self.fold_batch(batch)
             await self.send_windows()
@@ -393,6 +416,7 @@ class Aggregation:
 
     async def stop(self) -> None:
         """Flush the load records queued (what is not acked yet is replayed anyway)."""
+        await self.policies.stop()
         if self.loads_started:
             await self.loads.stop()
 
@@ -448,6 +472,14 @@ class Aggregation:
         record_consumer_lag(self.s.app_id, [self.s.metrics_topic], ends, done)
 
 
+def follow_policies(app: faust.App, agg: Aggregation) -> None:
+    """Each workload's windows from governor.policies, for as long as the app runs."""
+
+    @app.task
+    async def follow() -> None:
+        await agg.policies.run(agg.s.policies_wait_seconds)
+
+
 def build_app(s: AggregatorSettings) -> faust.App:
     # Read by faust's consumer as patched by deploy/patches (its own default: 1500).
     os.environ[FETCH_WAIT_ENV] = str(s.fetch_max_wait_ms)
@@ -483,6 +515,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
         Table=WorkloadTable,
     )
     agg = Aggregation(app, s)
+    follow_policies(app, agg)
 
     @app.agent(agg.metrics_topic)
     async def aggregate(stream: Any) -> None:

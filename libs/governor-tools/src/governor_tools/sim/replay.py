@@ -14,8 +14,9 @@ desired = ceil(load / (target_utilization × C)), HPA's External AverageValue ru
 
 How a policy sees the metric (`Pipeline`): windows of `stable_seconds` (and `panic_seconds` when the
 policy has panic mode) ending at the decision time minus `delay_seconds`; the policy's per-metric
-`aggregation` picks mean, max or p95 of each. The windows hop by gcd(step, size) so a closed window
-always ends exactly at a decision time.
+`aggregation` picks mean, max or p95 of each. The sizes and hops are the aggregator's
+(`governor.window_sizes`, on a grid of the decision step): gcd(step, size), so a closed window
+always ends exactly at a decision time, within its limit of open windows.
 
 Scoring is per second t (load and ready replicas constant over [t, t+1)): a violation second has
 load > ready × C; unserved load is Σ max(0, load − ready × C) / Σ load. Replica-hours and scale
@@ -34,6 +35,7 @@ from governor.cores.decider import DeciderCore, Evaluate
 from governor.events import LoadWindow, WorkloadState
 from governor.policy import startup
 from governor.spec import MetricSpec, ObjectMeta, ScalingPolicy, ScalingPolicySpec
+from governor.window_sizes import WindowSettings, hop_for, sized, window_sizes
 from governor_tools.sim import replicas as rm
 from governor_tools.sim.traces import Trace
 
@@ -93,16 +95,22 @@ class Run(msgspec.Struct, frozen=True):
     summary: Summary
 
 
+def sim_windows(step_seconds: float) -> WindowSettings:
+    """The simulator's default windows: a stable window of one decision step, on the grid of
+    decisions (`governor.window_sizes.hop_for`)."""
+    defaults = WindowSettings(hop_grid_seconds=step_seconds)
+    return sized(defaults, step_seconds, defaults.panic_window_seconds)
+
+
 def pipeline_for(policy: ScalingPolicySpec, step_seconds: float) -> Pipeline:
     """How governor's services present the metric to this policy: fresh windows (the aggregator
-    closes them within a second), stable = panic.stableWindowSeconds or else one decision step."""
+    closes them within a second) of the sizes the aggregator gives the policy
+    (`governor.window_sizes.window_sizes`): stable = panic.stableWindowSeconds, or else one
+    decision step; a panic window with panic mode."""
     _load_metric(policy)
-    if policy.panic is not None:
-        return Pipeline(
-            stable_seconds=policy.panic.stable_window_seconds,
-            panic_seconds=policy.panic.window_seconds,
-        )
-    return Pipeline(stable_seconds=step_seconds)
+    sizes = window_sizes(policy, sim_windows(step_seconds))
+    panic = sizes.panic_window_seconds if policy.panic is not None else None
+    return Pipeline(stable_seconds=sizes.stable_window_seconds, panic_seconds=panic)
 
 
 def _load_metric(policy: ScalingPolicySpec) -> MetricSpec:
@@ -125,17 +133,11 @@ def initial_replicas(policy: ScalingPolicySpec, trace: Trace) -> int:
     return min(max(want, policy.min_replicas, 1), policy.max_replicas)
 
 
-def _hop(size: float, step: float) -> float:
-    if size == int(size) and step == int(step):
-        return float(math.gcd(int(size), int(step)))
-    return 1.0 if size >= 1 else size
-
-
 class _Feed:
     """One window kind of the metric, with the recently closed windows kept for the delay."""
 
     def __init__(self, size: float, step: float, delay: float) -> None:
-        hop = _hop(size, step)
+        hop = hop_for(size, step)  # the aggregator's hop on a grid of decisions
         self.series = windows.SeriesWindows(spec=windows.hopping(size, hop))
         # Enough closed windows to reach back past the delay at the next decision.
         self.closed: deque[windows.WindowAcc] = deque(maxlen=int((delay + step) / hop) + 4)

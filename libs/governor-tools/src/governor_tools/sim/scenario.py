@@ -53,6 +53,7 @@ from governor.policy import devices as dev
 from governor.policy import elastic as el
 from governor.policy.allocate import Allocation, Demand, allocate
 from governor.policy.quotas import Constraints, constraints
+from governor.window_sizes import WindowSettings, sized, window_sizes
 from governor_tools.sim.scenario_limits import (
     Member,
     check_names,
@@ -241,23 +242,26 @@ class ScenarioResult(msgspec.Struct):
     runs: dict[str, RunResult]
 
 
-def _hop(size: float, tick: float) -> float:
-    if size == int(size) and tick == int(tick):
-        return float(math.gcd(int(size), int(tick)))
-    return 1.0
+STABLE_SECONDS = 60.0  # the aggregator's default stable window
 
 
 class _Feed:
-    """The aggregator's windows of one workload's load: stable, and panic when the policy has it."""
+    """The aggregator's windows of one workload's load (`governor.window_sizes`, on a grid of
+    the tick, the aggregator's 60 s stable window by default): stable, and panic when the policy
+    has it."""
 
     def __init__(self, wl: Workload, tick: float) -> None:
-        p = wl.policy.spec.panic
-        sizes: dict[WindowKind, float] = {"stable": p.stable_window_seconds if p else 60.0}
-        if p is not None:
-            sizes["panic"] = p.window_seconds
-        self.series = {
-            kind: win.SeriesWindows(spec=win.hopping(size, _hop(size, tick)))
-            for kind, size in sizes.items()
+        spec = wl.policy.spec
+        defaults = WindowSettings(hop_grid_seconds=tick)
+        s = window_sizes(spec, sized(defaults, STABLE_SECONDS, defaults.panic_window_seconds))
+        sizes: dict[WindowKind, tuple[float, float]] = {
+            "stable": (s.stable_window_seconds, s.stable_hop_seconds)
+        }
+        if spec.panic is not None:
+            sizes["panic"] = (s.panic_window_seconds, s.panic_hop_seconds)
+        self.series: dict[WindowKind, win.SeriesWindows] = {
+            kind: win.SeriesWindows(spec=win.hopping(size, hop))
+            for kind, (size, hop) in sizes.items()
         }
 
     def ingest(

@@ -8,7 +8,9 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
   crash or a rebalance) and is counted `duplicate`, not folded again: at-least-once delivery,
   exactly-once windows (one workload lives in one partition, so its offsets only grow);
 - **windows**: the fresh samples go into both windows at once; a per-pod series also keeps its
-  pods' instants (`governor.pod_totals`);
+  pods' instants (`governor.pod_totals`). A workload's windows are the ones its policy asks for
+  (`on_policy`, sized by `governor.window_sizes`, the simulator's function), else the
+  defaults; a policy change starts the windows that change size afresh (`conform`);
 - **throttling**: a series goes out at once when a window closed (the closed ones and the open
   windows' estimates, in one `LoadWindow` with `more`), else at most every `interval_s`, and
   never with the same estimates twice; what was held back goes out on the next `tick`.
@@ -35,6 +37,7 @@ from governor.cores import Outputs
 from governor.events import WindowKind
 from governor.metric_records import Partitions
 from governor.pod_totals import PodTotals, add_samples, pod_sample, with_totals
+from governor.window_sizes import WindowSettings, window_sizes
 from governor.windows import (
     SeriesWindows,
     WindowAcc,
@@ -49,6 +52,7 @@ from governor.windows import (
 __all__ = [
     "AggregatorCore",
     "MetricWindows",
+    "PolicyWindows",
     "StateWrite",
     "WindowSettings",
     "WorkloadSamples",
@@ -75,18 +79,8 @@ class MetricWindows(msgspec.Struct, array_like=True):
 WorkloadWindows = dict[str, MetricWindows]
 
 SeriesKey = tuple[str, str]  # (workload, metric)
-
-
-class WindowSettings(msgspec.Struct, kw_only=True):
-    """The windows and the throttle (the aggregator's settings extend them)."""
-
-    stable_window_seconds: float = 60.0
-    stable_hop_seconds: float = 10.0
-    panic_window_seconds: float = 6.0
-    panic_hop_seconds: float = 2.0
-    allowed_lateness_seconds: float = 2.0
-    publish_interval_ms: int = 500
-    instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
+# A workload's windows: stable, panic, and a per-pod series' empty totals.
+Specs = tuple[WindowSpec, WindowSpec, PodTotals]
 
 
 class WorkloadSamples(msgspec.Struct, frozen=True):
@@ -150,17 +144,45 @@ def signature(opened: list[tuple[WindowKind, WindowAcc]]) -> tuple[tuple[float, 
     return tuple((a.start, a.count) for _, a in opened)
 
 
+class PolicyWindows:
+    """The policies table as the aggregator needs it: which workload each Active policy scales
+    and the windows it asks for. `on` takes a record of governor.policies (None: a tombstone)
+    and returns the workloads whose windows it sets (None: the defaults), for
+    `AggregatorCore.on_policy`. The decider's rules: a policy of another `origin` than the
+    deployment's is ignored, and a Shadow policy does not scale its workload (its windows are
+    the Active policy's)."""
+
+    def __init__(self, defaults: WindowSettings, source: events.PolicyOrigin = "file") -> None:
+        self.defaults = defaults
+        self.source = source
+        self.workloads: dict[str, str] = {}  # policy key -> the workload it scales
+
+    def on(self, key: str, record: events.PolicyRecord | None) -> dict[str, WindowSettings | None]:
+        if record is not None and record.origin != self.source:
+            return {}
+        policy = record.policy if record is not None else None
+        if policy is not None and policy.spec.mode == "Shadow":
+            policy = None
+        changes: dict[str, WindowSettings | None] = {}
+        old = self.workloads.pop(key, None)
+        if old is not None:
+            changes[old] = None
+        if policy is not None:  # after the old one: a policy that keeps its workload is a change
+            self.workloads[key] = policy.workload
+            changes[policy.workload] = window_sizes(policy.spec, self.defaults)
+        return changes
+
+
 class AggregatorCore:
     """The windows of the workloads of this worker's partitions, and the throttle's memory."""
 
     def __init__(self, s: WindowSettings) -> None:
-        lateness = s.allowed_lateness_seconds
-        self.stable_spec: WindowSpec = hopping(
-            s.stable_window_seconds, s.stable_hop_seconds, lateness
-        )
-        self.panic_spec: WindowSpec = hopping(s.panic_window_seconds, s.panic_hop_seconds, lateness)
+        self.settings = s
+        self.default = self.specs(s)
+        self.stable_spec, self.panic_spec, self.no_totals = self.default
         self.interval_s = s.publish_interval_ms / 1000.0
-        self.no_totals = PodTotals(s.instant_seconds, s.stable_window_seconds + lateness)
+        # The workloads whose policy asks for other windows than the defaults (`on_policy`).
+        self.sized: dict[str, Specs] = {}
         self.live: dict[str, WorkloadWindows] = {}
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
@@ -171,6 +193,60 @@ class AggregatorCore:
         self.unwritten: dict[str, None] = {}
         # Samples by outcome (ok, late, duplicate) since the shell last took them (`take_counts`).
         self.counts: dict[str, int] = {}
+
+    # --- the windows each workload's policy asks for -----------------------------------------
+
+    def specs(self, s: WindowSettings) -> Specs:
+        """The windows of these settings, and a per-pod series' empty totals (they cover the
+        stable window)."""
+        lateness = self.settings.allowed_lateness_seconds
+        return (
+            hopping(s.stable_window_seconds, s.stable_hop_seconds, lateness),
+            hopping(s.panic_window_seconds, s.panic_hop_seconds, lateness),
+            PodTotals(s.instant_seconds, s.stable_window_seconds + lateness),
+        )
+
+    def specs_of(self, workload: str) -> Specs:
+        return self.sized.get(workload, self.default)
+
+    def on_policy(self, workload: str, sizes: WindowSettings | None) -> None:
+        """The windows `workload`'s policy asks for (`governor.window_sizes.window_sizes`;
+        None: it has no policy, the defaults hold). A held series whose windows change size
+        starts them afresh (`conform`)."""
+        specs = self.default if sizes is None else self.specs(sizes)
+        if specs == self.specs_of(workload):
+            return
+        if specs == self.default:
+            self.sized.pop(workload, None)
+        else:
+            self.sized[workload] = specs
+        state = self.live.get(workload)
+        if state and self.conform(workload, state):
+            self.unwritten[workload] = None
+
+    def conform(self, workload: str, state: WorkloadWindows) -> bool:
+        """Give each series of `state` the workload's windows; True if one changed.
+
+        A window kind whose size or hop changed starts over, empty: its windows hold sorted
+        values, not the samples' times, so no window of another size can be cut from them.
+        The series keeps its source offset (what was folded is not folded again) and a per-pod
+        series its instants (each is one instant, whatever the window), with the new horizon.
+        The decider takes a window of a new size over the one it holds
+        (`governor.policy.recommend.newer`), so the fresh windows are used at once."""
+        stable, panic, no_totals = self.specs_of(workload)
+        changed = False
+        for metric, series in state.items():
+            if series.stable.spec == stable and series.panic.spec == panic:
+                continue
+            changed = True
+            if series.stable.spec != stable:
+                series.stable = SeriesWindows(spec=stable)
+            if series.panic.spec != panic:
+                series.panic = SeriesWindows(spec=panic)
+            if series.totals is not None:
+                series.totals = msgspec.structs.replace(series.totals, horizon=no_totals.horizon)
+            self.published.pop((workload, metric), None)
+        return changed
 
     # --- the state held ----------------------------------------------------------------------
 
@@ -187,6 +263,8 @@ class AggregatorCore:
                 state = _STATE_DEC.decode(stored)
             except msgspec.DecodeError:
                 readable = False
+        if state and self.conform(workload, state):
+            self.unwritten[workload] = None
         self.live[workload] = state
         return readable
 
@@ -223,13 +301,14 @@ class AggregatorCore:
             by_metric.setdefault(smp.metric, []).append((off, smp))
         out: Outputs[Emitted] = Outputs()
         changed = False
+        specs = self.specs_of(record.workload)  # once per workload and batch, not per sample
         for metric, items in by_metric.items():
-            series = state.get(metric) or self.new_series()
+            series = state.get(metric) or self.new_series(specs)
             fresh = [(off, smp) for off, smp in items if off > series.offset]
             self.count("duplicate", len(items) - len(fresh))
             if not fresh:
                 continue
-            closed, state[metric] = self.fold(series, fresh)
+            closed, state[metric] = self.fold(series, fresh, specs[2])
             changed = True
             out.records += self.due(record.workload, metric, state[metric], closed, record.now)
         if changed:
@@ -252,13 +331,15 @@ class AggregatorCore:
             out.records += self.publish(key, series, [], now)
         return out
 
-    def new_series(self) -> MetricWindows:
-        return MetricWindows(
-            -1, SeriesWindows(spec=self.stable_spec), SeriesWindows(spec=self.panic_spec)
-        )
+    def new_series(self, specs: Specs | None = None) -> MetricWindows:
+        stable, panic, _ = specs or self.default
+        return MetricWindows(-1, SeriesWindows(spec=stable), SeriesWindows(spec=panic))
 
     def fold(
-        self, series: MetricWindows, fresh: list[tuple[int, events.MetricSample]]
+        self,
+        series: MetricWindows,
+        fresh: list[tuple[int, events.MetricSample]],
+        no_totals: PodTotals,
     ) -> tuple[list[tuple[WindowKind, WindowAcc]], MetricWindows]:
         """The windows that closed, and the series with the fresh samples in."""
         # In place (`ingest_into`): the state held is decoded from the table and nobody else
@@ -268,7 +349,7 @@ class AggregatorCore:
         closed_panic, _ = ingest_into(series.panic, pairs)
         pods = [p for _, m in fresh if (p := pod_sample(m)) is not None]
         if pods:
-            series.totals = add_samples(series.totals or self.no_totals, pods)
+            series.totals = add_samples(series.totals or no_totals, pods)
         series.offset = fresh[-1][0]
         self.count("late", late)
         self.count("ok", len(pairs) - late)

@@ -20,13 +20,20 @@ from governor.windows import statistic
 WindowKey = tuple[str, WindowKind]  # (metric, window kind)
 
 
+# Window sizes closer than this are one size (a window's end - start at epoch times is exact
+# only to a few ulps when the hop is not a whole number of seconds).
+SIZE_TOLERANCE = 1e-3
+
+
 def newer(a: WindowView | None, b: WindowView) -> bool:
     """Whether `b` should replace `a` as the freshest view of its series.
 
     A later window wins; for the same window a closed one wins over a running estimate, and a
-    running estimate with more samples over one with fewer.
+    running estimate with more samples over one with fewer. A window of another size wins: the
+    aggregator's windows of the series changed with the policy (`governor.window_sizes`), and
+    the new ones, which start afresh, may start before the one held.
     """
-    if a is None:
+    if a is None or abs((b.end - b.start) - (a.end - a.start)) > SIZE_TOLERANCE:
         return True
     if b.start != a.start:
         return b.start > a.start
