@@ -323,7 +323,8 @@ class Decider:
             # workloads' windows are stale and newer ones are being read; ticking them all
             # would only add to the backlog.
             limit = self.s.behind_records
-            behind = self._ownership(tp for tp, n in self.load.lag().items() if n > limit)
+            lagging = [tp for tp, n in self.load.lag().items() if n > limit]
+            behind = self._ownership(lagging) if lagging else Ownership()
             for core in self.cores:
                 core.behind_on(behind)
             await self._tick(now)

@@ -227,8 +227,11 @@ class Consumer:
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records between the next one to handle and the end (last stable offset of the latest
-        fetch), per assigned partition; 0 where either is not known yet (nothing fetched)."""
-        c = self._c()
+        fetch), per assigned partition; 0 where either is not known yet (nothing fetched). Not
+        started: nothing is assigned, so nothing lags."""
+        if self._consumer is None:
+            return {}
+        c = self._consumer
         out = {}
         for tp in c.assignment():
             end = c.last_stable_offset(tp)
