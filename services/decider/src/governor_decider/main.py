@@ -323,12 +323,13 @@ class Decider:
             # workloads' windows are stale and newer ones are being read; ticking them all
             # would only add to the backlog.
             limit = self.s.behind_records
-            lagging = [tp for tp, n in self.load.lag().items() if n > limit]
+            lag = self.load.lag()
+            lagging = [tp for tp, n in lag.items() if n > limit]
             behind = self._ownership(lagging) if lagging else Ownership()
             for core in self.cores:
                 core.behind_on(behind)
             await self._tick(now)
-        consumer_lag(self.load)
+        consumer_lag(self.load, lag)
         consumer_lag(self.tables)
         return cores.Outputs()
 

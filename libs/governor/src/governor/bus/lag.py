@@ -49,12 +49,15 @@ def record_lag(
     return by_topic
 
 
-def consumer_lag(consumer: Consumer) -> dict[str, int]:
+def consumer_lag(
+    consumer: Consumer, lag: Mapping[TopicPartition, int] | None = None
+) -> dict[str, int]:
     """`record_lag` for a bus Consumer (`Consumer.lag`: end = the last stable offset of the
     latest fetch, position = the next offset not yet handled; a partition none of whose records
     was handed out yet counts 0). Call it periodically (the decider does on every tick); cheap,
-    no request to the broker."""
+    no request to the broker. `lag`: `consumer.lag()` when the caller has it already."""
     if not consumer.started:
         return {}
     group = consumer.group_id or str(consumer._options["client_id"])
-    return record_lag(group, [t.name for t in consumer.topics], consumer.lag())
+    topics = [t.name for t in consumer.topics]
+    return record_lag(group, topics, consumer.lag() if lag is None else lag)
