@@ -3,7 +3,7 @@
 # service's console script (governor-collector, governor-cluster-collector, governor-aggregator,
 # governor-decider, governor-actuator, governor-metrics-adapter). It installs the runtime library `governor` and the
 # services alone; the `tools` target adds libs/governor-tools (the `governor` CLI, simulator,
-# demo; matplotlib, rich, typer, the trace datasets). Built with uv from the lock file; non-root.
+# demo; matplotlib, rich, the trace datasets). Built with uv from the lock file; non-root.
 #
 #   docker build -t governor:latest .
 #   docker build --target tools -t governor-tools:latest .

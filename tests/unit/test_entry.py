@@ -13,6 +13,7 @@ import pytest
 
 from governor.entry import service_parser, service_settings
 from governor.settings import KafkaSettings
+from governor_tools import cli as governor_cli
 
 SCRIPTS = sorted(
     ep.name
@@ -102,3 +103,59 @@ def test_a_bad_value_exits_2_naming_the_field(
     assert err.startswith("governor-demo-service: ") and "tick_seconds" in err
     with pytest.raises(SystemExit):
         service_settings(parser, args, Demo, "GOVERNOR_DEMO_SERVICE", {"tick_seconds": "x"})
+
+
+COMMANDS = governor_cli.parser().paths()
+
+
+def test_the_cli_has_every_documented_command() -> None:
+    top = {words[0] for words in COMMANDS}
+    assert top >= {"ab", "cluster", "compare", "demo", "dev", "explain", "import", "policies"}
+    assert top >= {"scenario", "schema", "simulate", "topics", "traces"}
+    assert ["dev", "kafka", "up"] in COMMANDS and ["policies", "apply"] in COMMANDS
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=" ".join)
+def test_every_governor_command_answers_help(
+    words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        governor_cli.main([*words, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: governor {' '.join(words)} [-h]")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["ab", "web", "--capacity-per-replica", "1"], "argument WORKLOAD: 'web' is not namespace"),
+        (
+            ["ab", "a/Deployment/b", "--capacity-per-replica", "1", "--since", "1x"],
+            "argument --since: '1x': a duration like 90s, 30m, 2h",
+        ),
+        (["explain", "a/Deployment/b", "--last", "0"], "argument --last/-n: 0 is not in the range"),
+        (["explain", "a/Deployment/b", "-o", "yaml"], "argument --output/-o: invalid choice"),
+        (["simulate", "t.csv", "--out", "o"], "required: --capacity-per-replica"),
+        (
+            ["simulate", "t.csv", "--capacity-per-replica", "1", "--out", "o", "--baseline", "x"],
+            "argument --baseline: only `--baseline hpa` is known, got 'x'",
+        ),
+    ],
+)
+def test_a_usage_error_exits_2_naming_the_field_and_the_fix(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        governor_cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: governor {argv[0]} ") and says in err
+
+
+def test_a_group_without_its_subcommand_prints_its_commands_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert governor_cli.main(["dev", "kafka"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: governor dev kafka [-h] COMMAND")
+    assert "up" in err and "down" in err and "status" in err

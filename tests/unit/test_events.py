@@ -5,11 +5,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
 from governor import events
 from governor.spec import policies_from_yaml
-from governor_tools.cli import app
+from tests.support.cli import governor
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 
@@ -178,9 +177,11 @@ def test_invalid_message_is_rejected_with_path() -> None:
         )
 
 
-def test_schema_export_writes_one_schema_per_topic(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["schema", "export", str(tmp_path)])
-    assert result.exit_code == 0, result.output
+def test_schema_export_writes_one_schema_per_topic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = governor(capsys, ["schema", "export", str(tmp_path)])
+    assert result.code == 0, result.output
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == sorted(f"{t.name}.schema.json" for t in events.TOPICS)
     metrics = json.loads((tmp_path / "governor.metrics.schema.json").read_text())

@@ -8,11 +8,10 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from governor.importer import ConversionError, convert, convert_documents
 from governor.spec import KafkaLagSource, PrometheusSource, ResourceSource, policies_from_yaml
-from governor_tools.cli import app
+from tests.support.cli import governor
 
 DATA = Path(__file__).parent / "data" / "hpa-and-keda.yaml"
 
@@ -78,13 +77,15 @@ def test_wrong_kind_says_what_is_expected() -> None:
         convert({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}})
 
 
-def test_cli_writes_policies_that_validate_and_reports_on_stderr(tmp_path: Path) -> None:
+def test_cli_writes_policies_that_validate_and_reports_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "policies.yaml"
-    result = CliRunner().invoke(app, ["import", str(DATA), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    result = governor(capsys, ["import", str(DATA), "--out", str(out)])
+    assert result.code == 0, result.output
     policies = policies_from_yaml(out.read_text())
     assert [p.metadata.name for p in policies] == ["php-apache", "orders-consumer"]
-    assert "not converted: spec.triggers[2] (rabbitmq): no host" in result.output
+    assert "not converted: spec.triggers[2] (rabbitmq): no host" in result.err
 
 
 # --- what the issue found: each case as a user meets it -------------------------------------
@@ -405,7 +406,9 @@ def test_resource_target_value_is_refused_as_the_api_server_does() -> None:
         convert(hpa([m]))
 
 
-def test_a_multi_document_file_converts_and_skips_one_line_each(tmp_path: Path) -> None:
+def test_a_multi_document_file_converts_and_skips_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     prom = {
         "type": "prometheus",
         "metadata": {"serverAddress": "http://p:9090", "query": "q", "threshold": "5"},
@@ -414,18 +417,20 @@ def test_a_multi_document_file_converts_and_skips_one_line_each(tmp_path: Path) 
     deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "worker"}}
     f = tmp_path / "all.yaml"
     f.write_text(yaml.safe_dump_all([secret, so([prom], minReplicaCount=1), deploy]))
-    result = CliRunner().invoke(app, ["import", str(f)])
-    assert result.exit_code == 0, result.output
+    result = governor(capsys, ["import", str(f)])
+    assert result.code == 0, result.output
     assert result.output.count("skipped (not an autoscaler)") == 2
     assert "kind: ScalingPolicy" in result.output
 
 
-def test_exit_1_only_when_nothing_converted_and_strict_makes_notes_errors(tmp_path: Path) -> None:
+def test_exit_1_only_when_nothing_converted_and_strict_makes_notes_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sqs = {"type": "aws-sqs-queue", "metadata": {"queueURL": "q", "queueLength": "5"}}
     nothing = tmp_path / "sqs.yaml"
     nothing.write_text(yaml.safe_dump(so([sqs], minReplicaCount=1)))
-    r = CliRunner().invoke(app, ["import", str(nothing)])
-    assert r.exit_code == 1 and "refused" in r.output and "aws-sqs-queue" in r.output
+    r = governor(capsys, ["import", str(nothing)])
+    assert r.code == 1 and "refused" in r.output and "aws-sqs-queue" in r.output
     clean = tmp_path / "clean.yaml"
     clean.write_text(
         yaml.safe_dump(
@@ -442,11 +447,11 @@ def test_exit_1_only_when_nothing_converted_and_strict_makes_notes_errors(tmp_pa
             )
         )
     )
-    assert CliRunner().invoke(app, ["import", "--strict", str(clean)]).exit_code == 0
+    assert governor(capsys, ["import", "--strict", str(clean)]).code == 0
     noted = tmp_path / "noted.yaml"
     noted.write_text(yaml.safe_dump(hpa([container_cpu("app", 50)])))
-    assert CliRunner().invoke(app, ["import", str(noted)]).exit_code == 0
-    assert CliRunner().invoke(app, ["import", "--strict", str(noted)]).exit_code == 1
+    assert governor(capsys, ["import", str(noted)]).code == 0
+    assert governor(capsys, ["import", "--strict", str(noted)]).code == 1
 
 
 def test_kubectl_get_lists_are_converted_item_by_item() -> None:

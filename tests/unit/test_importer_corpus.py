@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from governor.importer import Outcome, convert_documents, to_document
 from governor.spec import policies_from_yaml
-from governor_tools.cli import app
+from tests.support.cli import governor
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "import" / "corpus"
 FILES = sorted(p for p in CORPUS.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
@@ -70,11 +69,13 @@ def test_each_manifest_converts_as_expected(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_cli_output_is_complete_objects_that_read_back(path: Path, tmp_path: Path) -> None:
+def test_cli_output_is_complete_objects_that_read_back(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "policies.yaml"
-    result = CliRunner().invoke(app, ["import", str(path), "--out", str(out)])
+    result = governor(capsys, ["import", str(path), "--out", str(out)])
     converted = [o for o in outcomes(path) if o.status == "converted"]
-    assert result.exit_code == (0 if converted else 1), result.output
+    assert result.code == (0 if converted else 1), result.output
     docs = [d for d in yaml.safe_load_all(out.read_text()) if d]
     assert len(docs) == len(converted)
     for doc in docs:

@@ -1,9 +1,9 @@
-"""The `governor` command line. Each area lives in its own module and registers its commands."""
+"""The `governor` command line. Each area lives in its own module and registers its commands on
+the one parser shape every console script shares (governor.entry)."""
 
 from __future__ import annotations
 
-import typer
-
+from governor.entry import Commands, command_main, command_parser
 from governor_tools.cli import (
     ab,
     cluster,
@@ -18,12 +18,17 @@ from governor_tools.cli import (
     topics,
 )
 
-app = typer.Typer(
-    name="governor",
-    help="governor: an event-driven autoscaler for Kubernetes over Kafka.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
+PROG = "governor"
+DOC = "governor: an event-driven autoscaler for Kubernetes over Kafka."
+REGISTERS = tuple(
+    m.register
+    for m in (ab, cluster, demo, dev, explain, importer, policies, scenario, schema, sim, topics)
 )
 
-for module in (ab, cluster, demo, dev, explain, importer, policies, scenario, schema, sim, topics):
-    module.register(app)
+
+def parser() -> Commands:
+    """The whole command tree (the tests walk it: every command answers --help)."""
+    return command_parser(PROG, DOC, REGISTERS)
+
+
+main = command_main(PROG, DOC, REGISTERS)

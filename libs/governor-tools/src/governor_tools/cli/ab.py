@@ -4,6 +4,7 @@ governor.workloads from the beginning; governor_tools.ab scores the arms."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import html
 import re
@@ -11,13 +12,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import typer
-
 from governor import events
+from governor.entry import CommandError, Commands
 from governor.history import History
 from governor.windows import views
 from governor_tools import ab
 from governor_tools.cli.explain import parse_workload
+from governor_tools.cli.options import bootstrap_option
 
 TOPICS = (events.LOAD, events.DECISIONS, events.SHADOW_DECISIONS, events.WORKLOADS)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -26,7 +27,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_duration(text: str) -> float:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
     if not m:
-        raise typer.BadParameter(f"{text!r}: a duration like 90s, 30m, 2h", param_hint="--since")
+        raise CommandError(f"{text!r}: a duration like 90s, 30m, 2h", "--since")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
@@ -94,51 +95,62 @@ async def _read(workload: str, since: float, bootstrap: str | None) -> Records:
     return records
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("ab")
-    def ab_cmd(
-        workload: str = typer.Argument(..., help="namespace/kind/name, e.g. shop/Deployment/web"),
-        since: str = typer.Option("1h", "--since", help="how far back, e.g. 30m, 2h"),
-        capacity: float = typer.Option(
-            ...,
-            "--capacity-per-replica",
-            help="load one replica serves (violation: load > C×ready)",
-        ),
-        metric: str = typer.Option("", "--metric", help="the load metric (default: the most seen)"),
-        startup: float | None = typer.Option(
-            None,
-            "--startup-seconds",
-            help="pod start-up (default: measured from governor.workloads)",
-        ),
-        out: Path = typer.Option(Path("out/ab"), "--out", help="ab.html and ab.png go here"),
-        bootstrap: str | None = typer.Option(None, "--bootstrap", help="Kafka bootstrap"),
-        seed: int = typer.Option(0, "--seed", help="the bootstrap's random seed"),
-    ) -> None:
-        """Score the Active policy and each Shadow policy of WORKLOAD on the same load:
-        violation-seconds, replica-hours and scale events with 95 % bootstrap intervals."""
-        parse_workload(workload)
-        now = time.time()
-        r = asyncio.run(_read(workload, now - parse_duration(since), bootstrap))
-        if not r.load:
-            raise typer.BadParameter(f"no load windows of {workload} since {since}")
-        name = metric or Counter({k: len(v) for k, v in r.load.items()}).most_common(1)[0][0]
-        load = sorted(r.load[name])
-        if not r.active:
-            raise typer.BadParameter(f"no decision of {workload}'s Active policy since {since}")
-        arms = [ab.Arm(r.active, r.arms.pop(r.active))]
-        arms += [ab.Arm(k, v) for k, v in sorted(r.arms.items())]
-        start, end = load[0][0], max(load[-1][0], now)
-        c = ab.compare(
-            load, arms, initial_replicas=r.first_from or 1, start=start, end=end,
-            capacity_per_replica=capacity,
-            startup_seconds=startup if startup is not None else ab.startup_from_states(r.states),
-            seed=seed,
-        )  # fmt: skip
-        lines = ab.verdict(c)
-        typer.echo(f"{workload}, metric {name}, {end - start:.0f} s, start-up "
-                   f"{c.startup_seconds:.0f} s, C = {capacity:g}")  # fmt: skip
-        typer.echo(ab.table(c))
-        for line in lines:
-            typer.echo(line)
-        _report(c, lines, out, workload)
-        typer.echo(f"report: {out / 'ab.html'}")
+def ab_cmd(args: argparse.Namespace) -> None:
+    """Score the Active policy and each Shadow policy of WORKLOAD on the same load:
+    violation-seconds, replica-hours and scale events with 95 % bootstrap intervals."""
+    workload, since, capacity, out = args.workload, args.since, args.capacity, args.out
+    parse_workload(workload)
+    now = time.time()
+    r = asyncio.run(_read(workload, now - parse_duration(since), args.bootstrap))
+    if not r.load:
+        raise CommandError(f"no load windows of {workload} since {since}")
+    name = args.metric or Counter({k: len(v) for k, v in r.load.items()}).most_common(1)[0][0]
+    load = sorted(r.load[name])
+    if not r.active:
+        raise CommandError(f"no decision of {workload}'s Active policy since {since}")
+    arms = [ab.Arm(r.active, r.arms.pop(r.active))]
+    arms += [ab.Arm(k, v) for k, v in sorted(r.arms.items())]
+    start, end = load[0][0], max(load[-1][0], now)
+    startup = args.startup if args.startup is not None else ab.startup_from_states(r.states)
+    c = ab.compare(
+        load, arms, initial_replicas=r.first_from or 1, start=start, end=end,
+        capacity_per_replica=capacity, startup_seconds=startup, seed=args.seed,
+    )  # fmt: skip
+    lines = ab.verdict(c)
+    print(f"{workload}, metric {name}, {end - start:.0f} s, start-up "
+          f"{c.startup_seconds:.0f} s, C = {capacity:g}")  # fmt: skip
+    print(ab.table(c))
+    for line in lines:
+        print(line)
+    _report(c, lines, out, workload)
+    print(f"report: {out / 'ab.html'}")
+
+
+def register(commands: Commands) -> None:
+    p = commands.command("ab", ab_cmd)
+    p.add_argument(
+        "workload", metavar="WORKLOAD", help="namespace/kind/name, e.g. shop/Deployment/web"
+    )
+    p.add_argument("--since", default="1h", help="how far back, e.g. 30m, 2h (default: 1h)")
+    p.add_argument(
+        "--capacity-per-replica",
+        dest="capacity",
+        type=float,
+        required=True,
+        help="load one replica serves (violation: load > C×ready)",
+    )
+    p.add_argument("--metric", default="", help="the load metric (default: the most seen)")
+    p.add_argument(
+        "--startup-seconds",
+        dest="startup",
+        type=float,
+        help="pod start-up (default: measured from governor.workloads)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/ab"),
+        help="ab.html and ab.png go here (default: %(default)s)",
+    )
+    bootstrap_option(p, "Kafka bootstrap")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed (default: 0)")

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
+import sys
 from collections.abc import Iterable, Mapping
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
+from governor.entry import Commands
 from governor.events import CLUSTER, QUEUES, QUOTAS, NodeState
 from governor.inventory import NodeSummary, PoolSummary, summarize_pool
 from governor_tools.cli.cluster_limits import read_limits, render_queues, render_quotas
+from governor_tools.cli.options import bootstrap_option
 
 GiB = 2**30
 # columns: resource name → (heading, scale, unit)
@@ -91,38 +94,42 @@ async def _read(bootstrap: str | None, topic: str) -> Mapping[str, NodeState]:
     return await read_table(bootstrap, dataclasses.replace(CLUSTER, name=topic))
 
 
-def register(app: typer.Typer) -> None:
-    cluster = typer.Typer(help="The cluster inventory the cluster-side collector publishes.")
+def show(args: argparse.Namespace) -> int:
+    """Nodes, allocatable vs requested, free/healthy GPUs and NICs per node, and totals;
+    then the namespace quotas and Volcano queues with their use."""
+    bootstrap, topic, pool = args.bootstrap, args.topic, args.pool
+    try:
+        nodes = asyncio.run(_read(bootstrap, topic))
+        quotas, queues = asyncio.run(read_limits(bootstrap, args.quotas_topic, args.queues_topic))
+    except (OSError, TimeoutError, ConnectionError) as e:
+        print(f"cannot read {topic}: {e}", file=sys.stderr)
+        return 2
+    console = Console()
+    summary = summarize_pool(nodes.values(), pool)
+    if not summary.nodes:
+        known = ", ".join(_pools(nodes.values())) or "none"
+        print(f"no nodes in pool {pool!r} on {topic} (pools: {known})", file=sys.stderr)
+        return 1
+    render(summary, console)
+    render_quotas(quotas.values(), console)
+    render_queues(queues.values(), console)
+    return 0
 
-    @cluster.command("show")
-    def show(
-        pool: str | None = typer.Option(None, "--pool", "-p", help="only this pool's nodes"),
-        bootstrap: str | None = typer.Option(
-            None,
-            "--bootstrap",
-            envvar="GOVERNOR_KAFKA_BOOTSTRAP",
-            help="Kafka bootstrap servers (default 127.0.0.1:9092)",
-        ),
-        topic: str = typer.Option(CLUSTER.name, "--topic", help="the cluster topic"),
-        quotas_topic: str = typer.Option(QUOTAS.name, "--quotas-topic", help="the quotas topic"),
-        queues_topic: str = typer.Option(QUEUES.name, "--queues-topic", help="the queues topic"),
-    ) -> None:
-        """Nodes, allocatable vs requested, free/healthy GPUs and NICs per node, and totals;
-        then the namespace quotas and Volcano queues with their use."""
-        try:
-            nodes = asyncio.run(_read(bootstrap, topic))
-            quotas, queues = asyncio.run(read_limits(bootstrap, quotas_topic, queues_topic))
-        except (OSError, TimeoutError, ConnectionError) as e:
-            typer.echo(f"cannot read {topic}: {e}", err=True)
-            raise typer.Exit(2) from None
-        console = Console()
-        summary = summarize_pool(nodes.values(), pool)
-        if not summary.nodes:
-            known = ", ".join(_pools(nodes.values())) or "none"
-            typer.echo(f"no nodes in pool {pool!r} on {topic} (pools: {known})", err=True)
-            raise typer.Exit(1)
-        render(summary, console)
-        render_quotas(quotas.values(), console)
-        render_queues(queues.values(), console)
 
-    app.add_typer(cluster, name="cluster")
+def register(commands: Commands) -> None:
+    cluster = commands.group(
+        "cluster", "The cluster inventory the cluster-side collector publishes."
+    )
+    p = cluster.command("show", show)
+    p.add_argument("--pool", "-p", help="only this pool's nodes")
+    # $GOVERNOR_KAFKA_BOOTSTRAP is read where the bootstrap is resolved (bus.default_bootstrap).
+    bootstrap_option(
+        p, "Kafka bootstrap servers (default: $GOVERNOR_KAFKA_BOOTSTRAP or 127.0.0.1:9092)"
+    )
+    p.add_argument("--topic", default=CLUSTER.name, help="the cluster topic (default: %(default)s)")
+    p.add_argument(
+        "--quotas-topic", default=QUOTAS.name, help="the quotas topic (default: %(default)s)"
+    )
+    p.add_argument(
+        "--queues-topic", default=QUEUES.name, help="the queues topic (default: %(default)s)"
+    )

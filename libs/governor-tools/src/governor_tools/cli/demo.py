@@ -3,27 +3,42 @@ replaying real traces time-compressed; live view, then an HTML/PNG report."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-import typer
+from governor.entry import Commands
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("demo")
-    def demo(
-        duration: float = typer.Option(180.0, "--duration", help="seconds of load replay"),
-        speed: float = typer.Option(
-            10.0, "--speed", help="trace-seconds replayed per second (windows scale with it)"
-        ),
-        trace: str = typer.Option(
-            "alibaba-2018-cpu", "--trace", help="a built-in trace (see `governor traces`)"
-        ),
-        headless: bool = typer.Option(False, "--headless", help="plain progress lines"),
-        out: Path = typer.Option(Path("out/demo-stack"), "--out", help="logs, timeline, report"),
-    ) -> None:
-        """Run governor end to end on local Kafka and kube-apiserver with simulated workloads."""
-        from governor_tools.demo.run import Options, run
+def demo(args: argparse.Namespace) -> int:
+    """Run governor end to end on local Kafka and kube-apiserver with simulated workloads."""
+    import msgspec
 
-        raise typer.Exit(
-            run(Options(duration=duration, speed=speed, trace=trace, headless=headless, out=out))
-        )
+    from governor_tools.demo.run import Options, run
+
+    # Each option is named after the Options field it sets.
+    return run(Options(**{f.name: getattr(args, f.name) for f in msgspec.structs.fields(Options)}))
+
+
+def register(commands: Commands) -> None:
+    p = commands.command("demo", demo)
+    p.add_argument(
+        "--duration", type=float, default=180.0, help="seconds of load replay (default: 180)"
+    )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=10.0,
+        help="trace-seconds replayed per second (windows scale with it) (default: 10)",
+    )
+    p.add_argument(
+        "--trace",
+        default="alibaba-2018-cpu",
+        help="a built-in trace (see `governor traces`) (default: %(default)s)",
+    )
+    p.add_argument("--headless", action="store_true", help="plain progress lines")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/demo-stack"),
+        help="logs, timeline, report (default: %(default)s)",
+    )

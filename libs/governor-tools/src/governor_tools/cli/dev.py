@@ -2,37 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+import sys
 from pathlib import Path
 
-import typer
+from governor.entry import Commands
 
 REPO = Path(__file__).resolve().parents[5]
 SCRIPTS = {
     "kafka": REPO / "deploy" / "kafka" / "kafka.sh",
     "cluster": REPO / "deploy" / "devcluster" / "devcluster.sh",
 }
+GROUPS = {
+    "kafka": "A local single-node Apache Kafka broker (KRaft) on 127.0.0.1.",
+    "cluster": "A local kube-apiserver + etcd built from the official Go modules.",
+}
 
 
-def _run(component: str, action: str) -> None:
-    script = SCRIPTS[component]
+def _run(args: argparse.Namespace) -> int:
+    script = SCRIPTS[args.component]
     if not script.exists():
-        typer.echo(f"{script} not found: run this from a governor source checkout", err=True)
-        raise typer.Exit(2)
-    raise typer.Exit(subprocess.call(["bash", str(script), action]))
+        print(f"{script} not found: run this from a governor source checkout", file=sys.stderr)
+        return 2
+    return subprocess.call(["bash", str(script), args.action])
 
 
-def register(app: typer.Typer) -> None:
-    dev = typer.Typer(help="Start and stop the local real components (Kafka, kube-apiserver).")
-    kafka = typer.Typer(help="A local single-node Apache Kafka broker (KRaft) on 127.0.0.1.")
-    cluster = typer.Typer(help="A local kube-apiserver + etcd built from the official Go modules.")
-
-    for component, sub in (("kafka", kafka), ("cluster", cluster)):
+def register(commands: Commands) -> None:
+    dev = commands.group("dev", "Start and stop the local real components (Kafka, kube-apiserver).")
+    for component, doc in GROUPS.items():
+        group = dev.group(component, doc)
         for action in ("up", "down", "status"):
-
-            def command(component: str = component, action: str = action) -> None:
-                _run(component, action)
-
-            sub.command(action, help=f"{action} the local {component}")(command)
-        dev.add_typer(sub, name=component)
-    app.add_typer(dev, name="dev")
+            p = group.command(action, _run, f"{action} the local {component}")
+            p.set_defaults(component=component, action=action)

@@ -5,19 +5,22 @@ annotations and its Events; governor.explain decides what to show."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import typer
 
 from governor import events
 from governor.bus import Message
+from governor.entry import CommandError, Commands
 from governor.explain import ClusterEvent, Explanation, explain, render, render_entry
 from governor.history import History
+from governor_tools.cli.options import bootstrap_option
 
 TOPICS = (events.DECISIONS, events.ACTUATIONS, events.RECOMMENDATIONS)
 KINDS = {  # the target kinds governor scales: kind -> (apiVersion, plural)
@@ -52,9 +55,8 @@ class Records(msgspec.Struct):
 def parse_workload(workload: str) -> tuple[str, str, str]:
     parts = workload.split("/")
     if len(parts) != 3 or not all(parts):
-        raise typer.BadParameter(
-            f"{workload!r} is not namespace/kind/name (e.g. shop/Deployment/web)",
-            param_hint="WORKLOAD",
+        raise CommandError(
+            f"{workload!r} is not namespace/kind/name (e.g. shop/Deployment/web)", "WORKLOAD"
         )
     return parts[0], parts[1], parts[2]
 
@@ -132,7 +134,7 @@ async def _explain(
     if kubeconfig is not None:
         annotations, cluster_events, note = await read_cluster(kubeconfig, workload)
         if note:
-            typer.echo(f"cluster: {note}", err=True)
+            print(f"cluster: {note}", file=sys.stderr)
     async with History(bootstrap, TOPICS) as history:
         records.add(await history.read_to_end())
         x = explain(
@@ -169,49 +171,53 @@ async def _explain(
                 if e.decision_id in touched and shown.get(e.decision_id) != e:
                     shown[e.decision_id] = e
                     if output == "json":
-                        typer.echo(msgspec.json.encode(e).decode())
+                        print(msgspec.json.encode(e).decode(), flush=True)
                     else:
-                        typer.echo("\n".join(["", *render_entry(e)]))
+                        print("\n".join(["", *render_entry(e)]), flush=True)
 
 
 def _print(x: Explanation, output: str) -> None:
     if output == "json":
-        typer.echo(msgspec.json.encode(x).decode())
+        print(msgspec.json.encode(x).decode(), flush=True)
     else:
-        typer.echo(render(x))
+        print(render(x), flush=True)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("explain")
-    def explain_cmd(
-        workload: str = typer.Argument(..., help="namespace/kind/name, e.g. shop/Deployment/web"),
-        last: int = typer.Option(10, "--last", "-n", min=1, help="how many decisions to show"),
-        output: str = typer.Option("text", "--output", "-o", help="text or json"),
-        follow: bool = typer.Option(
-            False, "--follow", "-f", help="then print each new decision and its outcome"
-        ),
-        bootstrap: str | None = typer.Option(
-            None,
-            "--bootstrap",
-            help="Kafka bootstrap (default: $GOVERNOR_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
-        ),
-        kubeconfig: Path | None = typer.Option(
-            None,
-            "--kubeconfig",
-            help="read the object's annotations and Events (default: $KUBECONFIG, ~/.kube/config)",
-        ),
-        no_cluster: bool = typer.Option(False, "--no-cluster", help="Kafka only"),
-    ) -> None:
-        """Why did it scale? The last decisions for WORKLOAD: time, from -> to, the rule that
-        bound it and its inputs, and whether the actuator applied or refused it (and why)."""
-        parse_workload(workload)
-        if output not in ("text", "json"):
-            raise typer.BadParameter("text or json", param_hint="--output")
-        try:
-            asyncio.run(
-                _explain(
-                    workload, bootstrap, _kubeconfig(kubeconfig, no_cluster), last, output, follow
-                )
-            )
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+def explain_cmd(args: argparse.Namespace) -> int:
+    """Why did it scale? The last decisions for WORKLOAD: time, from -> to, the rule that
+    bound it and its inputs, and whether the actuator applied or refused it (and why)."""
+    parse_workload(args.workload)
+    if args.last < 1:
+        raise CommandError(f"{args.last} is not in the range x>=1", "--last/-n")
+    kubeconfig = _kubeconfig(args.kubeconfig, args.no_cluster)
+    try:
+        asyncio.run(
+            _explain(args.workload, args.bootstrap, kubeconfig, args.last, args.output, args.follow)
+        )
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def register(commands: Commands) -> None:
+    p = commands.command("explain", explain_cmd)
+    p.add_argument(
+        "workload", metavar="WORKLOAD", help="namespace/kind/name, e.g. shop/Deployment/web"
+    )
+    p.add_argument(
+        "--last", "-n", type=int, default=10, help="how many decisions to show (default: 10)"
+    )
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text", help="text or json")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print each new decision and its outcome",
+    )
+    bootstrap_option(p)
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="read the object's annotations and Events (default: $KUBECONFIG, ~/.kube/config)",
+    )
+    p.add_argument("--no-cluster", action="store_true", help="Kafka only")

@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import msgspec
-import typer
 
+from governor.entry import Commands
 from governor.schemas import json_schemas
 
 
-def register(app: typer.Typer) -> None:
-    schema = typer.Typer(help="The topics' contract as JSON Schema.")
+def export(args: argparse.Namespace) -> None:
+    """Write one JSON Schema file per topic."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    for topic, doc in json_schemas().items():
+        path = out / f"{topic}.schema.json"
+        path.write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+        print(path)
 
-    @schema.command("export")
-    def export(
-        out: Path = typer.Argument(..., help="folder to write <topic>.schema.json into"),
-    ) -> None:
-        """Write one JSON Schema file per topic."""
-        out.mkdir(parents=True, exist_ok=True)
-        for topic, doc in json_schemas().items():
-            path = out / f"{topic}.schema.json"
-            path.write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
-            typer.echo(str(path))
 
-    app.add_typer(schema, name="schema")
+def register(commands: Commands) -> None:
+    schema = commands.group("schema", "The topics' contract as JSON Schema.")
+    p = schema.command("export", export)
+    p.add_argument("out", type=Path, metavar="OUT", help="folder to write <topic>.schema.json into")

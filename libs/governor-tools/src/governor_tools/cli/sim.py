@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
+from governor.entry import CommandError, Commands
 from governor.spec import PolicyError, ScalingPolicySpec
 from governor_tools.sim import report, traces
 from governor_tools.sim.oracle import ORACLE
@@ -41,7 +43,7 @@ def _config(capacity: float, startup: float, utilization: float, step: float) ->
             step_seconds=step,
         )
     except SimError as err:
-        raise typer.BadParameter(str(err)) from None
+        raise CommandError(str(err)) from None
 
 
 def _print_table(summaries: dict[str, Summary]) -> None:
@@ -51,9 +53,9 @@ def _print_table(summaries: dict[str, Summary]) -> None:
     Console(width=max(Console().width, 110)).print(table)
 
 
-def _fail(err: Exception) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
+def _fail(err: Exception) -> SystemExit:
+    print(f"error: {err}", file=sys.stderr)
+    return SystemExit(2)
 
 
 def _slug(name: str) -> str:
@@ -64,24 +66,14 @@ _TRACE_HELP = "a CSV with header `timestamp,value` or a built-in name (see `gove
 _C_HELP = "the load one replica serves (C)"
 
 
-def simulate(
-    trace: str = typer.Argument(..., help=_TRACE_HELP),
-    capacity_per_replica: float = typer.Option(..., "--capacity-per-replica", help=_C_HELP),
-    startup_seconds: float = typer.Option(60.0, "--startup-seconds"),
-    target_utilization: float = typer.Option(0.7, "--target-utilization"),
-    step: float = typer.Option(15.0, "--step", help="governor's decision period, seconds"),
-    policy: Path | None = typer.Option(
-        None, "--policy", help="a ScalingPolicy YAML (default: governor's default policy)"
-    ),
-    baseline: str | None = typer.Option(None, "--baseline", help="`hpa`: the reference HPA"),
-    out: Path = typer.Option(..., "--out", help="output folder"),
-) -> None:
+def simulate(args: argparse.Namespace) -> None:
     """Replay TRACE through governor's policy (and the reference HPA) and report."""
+    baseline, policy, out = args.baseline, args.policy, args.out
     if baseline not in (None, HPA):
-        raise typer.BadParameter(f"only `--baseline {HPA}` is known, got {baseline!r}")
-    config = _config(capacity_per_replica, startup_seconds, target_utilization, step)
+        raise CommandError(f"only `--baseline {HPA}` is known, got {baseline!r}", "--baseline")
+    config = _config(args.capacity, args.startup_seconds, args.target_utilization, args.step)
     try:
-        load = traces.load(trace)
+        load = traces.load(args.trace)
         if policy is None:
             spec = default_policy(config).spec
         else:
@@ -106,25 +98,16 @@ def simulate(
         SCORE_NOTE,
     ]
     for path in write_outputs(runs, load, config, out, csv_names, notes):
-        typer.echo(str(path))
+        print(str(path))
     _print_table({r.name: r.summary for r in runs})
 
 
-def compare(
-    trace: str = typer.Argument(..., help=_TRACE_HELP),
-    policy: list[Path] = typer.Option(
-        [], "--policy", help="a ScalingPolicy YAML; repeat (default: governor's default)"
-    ),
-    capacity_per_replica: float = typer.Option(..., "--capacity-per-replica", help=_C_HELP),
-    startup_seconds: float = typer.Option(60.0, "--startup-seconds"),
-    target_utilization: float = typer.Option(0.7, "--target-utilization"),
-    step: float = typer.Option(15.0, "--step", help="governor's decision period, seconds"),
-    out: Path = typer.Option(..., "--out", help="output folder"),
-) -> None:
+def compare(args: argparse.Namespace) -> None:
     """N policies on the same trace, plus the reference HPA: one table, one chart."""
-    config = _config(capacity_per_replica, startup_seconds, target_utilization, step)
+    policy, out = args.policy, args.out
+    config = _config(args.capacity, args.startup_seconds, args.target_utilization, args.step)
     try:
-        load = traces.load(trace)
+        load = traces.load(args.trace)
         specs: dict[str, ScalingPolicySpec] = {}
         if not policy:
             specs[GOVERNOR] = default_policy(config).spec
@@ -141,11 +124,11 @@ def compare(
     for path in write_outputs(
         runs, load, config, out, csv_names, [HPA_NOTE, ORACLE_NOTE, SCORE_NOTE]
     ):
-        typer.echo(str(path))
+        print(str(path))
     _print_table({r.name: r.summary for r in runs})
 
 
-def list_traces() -> None:
+def list_traces(args: argparse.Namespace) -> None:
     """The built-in real traces (use as `builtin:<name>`)."""
     table = Table(title="built-in traces")
     table.add_column("name", no_wrap=True)
@@ -161,13 +144,40 @@ def list_traces() -> None:
             b.licence,
         )
     Console().print(table)
-    typer.echo(
+    print(
         "Timestamps are synthesized (row i at i × step s): the files carry none. "
         "Synthetic samples shipped in the same package are not offered."
     )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate)
-    app.command("compare")(compare)
-    app.command("traces")(list_traces)
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """The trace and the run's settings, which simulate and compare share."""
+    p.add_argument("trace", metavar="TRACE", help=_TRACE_HELP)
+    p.add_argument(
+        "--capacity-per-replica", dest="capacity", type=float, required=True, help=_C_HELP
+    )
+    p.add_argument("--startup-seconds", type=float, default=60.0, help="(default: 60)")
+    p.add_argument("--target-utilization", type=float, default=0.7, help="(default: 0.7)")
+    p.add_argument(
+        "--step", type=float, default=15.0, help="governor's decision period, seconds (default: 15)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+
+
+def register(commands: Commands) -> None:
+    p = commands.command("simulate", simulate)
+    _run_options(p)
+    p.add_argument(
+        "--policy", type=Path, help="a ScalingPolicy YAML (default: governor's default policy)"
+    )
+    p.add_argument("--baseline", help="`hpa`: the reference HPA")
+    p = commands.command("compare", compare)
+    _run_options(p)
+    p.add_argument(
+        "--policy",
+        type=Path,
+        action="append",
+        default=[],
+        help="a ScalingPolicy YAML; repeat (default: governor's default)",
+    )
+    commands.command("traces", list_traces)

@@ -2,40 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
-import typer
-
 from governor.bus import default_bootstrap
+from governor.entry import Commands
 from governor.topics import describe_topics, ensure_topics, render_descriptions
-
-BOOTSTRAP = typer.Option(
-    None,
-    "--bootstrap",
-    help="Kafka bootstrap (default: $GOVERNOR_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
-)
+from governor_tools.cli.options import bootstrap_option
 
 
-def register(app: typer.Typer) -> None:
-    topics = typer.Typer(help="Create and inspect governor's Kafka topics (and their .dlq).")
+def create(args: argparse.Namespace) -> None:
+    """Create every topic of the contract table and its .dlq; idempotent."""
+    bootstrap = args.bootstrap or default_bootstrap()
+    actions = asyncio.run(ensure_topics(bootstrap, partitions=args.partitions))
+    print("\n".join(actions) if actions else "all topics already as wanted")
 
-    @topics.command("create")
-    def create(
-        bootstrap: str | None = BOOTSTRAP,
-        partitions: int | None = typer.Option(None, help="override every topic's partitions"),
-    ) -> None:
-        """Create every topic of the contract table and its .dlq; idempotent."""
-        actions = asyncio.run(
-            ensure_topics(bootstrap or default_bootstrap(), partitions=partitions)
-        )
-        typer.echo("\n".join(actions) if actions else "all topics already as wanted")
 
-    @topics.command("describe")
-    def describe(bootstrap: str | None = BOOTSTRAP) -> None:
-        """Each topic as the broker has it, against what the table wants."""
-        descs = asyncio.run(describe_topics(bootstrap or default_bootstrap()))
-        typer.echo(render_descriptions(descs))
-        if any(d.problems for d in descs):
-            raise typer.Exit(1)
+def describe(args: argparse.Namespace) -> int:
+    """Each topic as the broker has it, against what the table wants."""
+    descs = asyncio.run(describe_topics(args.bootstrap or default_bootstrap()))
+    print(render_descriptions(descs))
+    return 1 if any(d.problems for d in descs) else 0
 
-    app.add_typer(topics, name="topics")
+
+def register(commands: Commands) -> None:
+    topics = commands.group(
+        "topics", "Create and inspect governor's Kafka topics (and their .dlq)."
+    )
+    p = topics.command("create", create)
+    bootstrap_option(p)
+    p.add_argument("--partitions", type=int, help="override every topic's partitions")
+    bootstrap_option(topics.command("describe", describe))
