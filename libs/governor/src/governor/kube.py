@@ -26,7 +26,7 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
 import aiohttp
@@ -144,6 +144,15 @@ def _error(status: int, body: bytes, headers: Mapping[str, str]) -> KubeError:
         message = str(doc.get("message", message))
         details = doc.get("details") or {}
     return KubeError(status, reason, message, retry_after=_retry_after(headers), details=details)
+
+
+class PatchOptions(TypedDict, total=False):
+    """What every kind of patch may name besides the object: keyword arguments of each."""
+
+    namespace: str | None
+    subresource: str | None
+    dry_run: bool
+    field_manager: str | None
 
 
 class Kube:
@@ -270,19 +279,21 @@ class Kube:
         plural: str,
         name: str,
         body: Any,
-        namespace: str | None,
-        subresource: str | None,
-        dry_run: bool,
-        field_manager: str | None,
+        *,
         force: bool = False,
+        **options: Unpack[PatchOptions],
     ) -> dict[str, Any]:
         path = resource_path(
-            api_version, plural, name, namespace=namespace, subresource=subresource
+            api_version,
+            plural,
+            name,
+            namespace=options.get("namespace"),
+            subresource=options.get("subresource"),
         )
         query: list[tuple[str, str]] = []
-        if dry_run:
+        if options.get("dry_run"):
             query.append(("dryRun", "All"))
-        if field_manager:
+        if field_manager := options.get("field_manager"):
             query.append(("fieldManager", field_manager))
         if force:
             query.append(("force", "true"))
@@ -297,24 +308,11 @@ class Kube:
         plural: str,
         name: str,
         ops: Sequence[Mapping[str, Any]],
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        dry_run: bool = False,
-        field_manager: str | None = None,
+        **options: Unpack[PatchOptions],
     ) -> dict[str, Any]:
         """RFC 6902 JSON patch. A failed `test` op answers 422 (reason `Invalid`)."""
-        return await self._patch(
-            JSON_PATCH,
-            api_version,
-            plural,
-            name,
-            [dict(op) for op in ops],
-            namespace,
-            subresource,
-            dry_run,
-            field_manager,
-        )
+        body = [dict(op) for op in ops]
+        return await self._patch(JSON_PATCH, api_version, plural, name, body, **options)
 
     async def merge_patch(
         self,
@@ -322,24 +320,10 @@ class Kube:
         plural: str,
         name: str,
         body: Mapping[str, Any],
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        dry_run: bool = False,
-        field_manager: str | None = None,
+        **options: Unpack[PatchOptions],
     ) -> dict[str, Any]:
         """RFC 7386 merge patch (e.g. a status subresource)."""
-        return await self._patch(
-            MERGE_PATCH,
-            api_version,
-            plural,
-            name,
-            dict(body),
-            namespace,
-            subresource,
-            dry_run,
-            field_manager,
-        )
+        return await self._patch(MERGE_PATCH, api_version, plural, name, dict(body), **options)
 
     async def apply(
         self,
@@ -360,11 +344,10 @@ class Kube:
             res.plural,
             str(meta["name"]),
             dict(obj),
-            namespace,
-            None,
-            dry_run,
-            field_manager,
-            force,
+            force=force,
+            namespace=namespace,
+            dry_run=dry_run,
+            field_manager=field_manager,
         )
 
     # --- discovery ----------------------------------------------------------------------------
