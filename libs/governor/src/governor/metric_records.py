@@ -21,6 +21,7 @@ import msgspec
 from aiokafka.partitioner import DefaultPartitioner
 
 from governor.bus import DeadLetter, DlqReason
+from governor.bus.codec import decoded
 from governor.events import MetricBatch, MetricRecord, MetricSample
 
 __all__ = ["Partitions", "Refused", "batch_key", "decode_record", "encode_batch", "split_record"]
@@ -88,29 +89,24 @@ class Refused:
     raw: bytes
 
 
-def decode_record(raw: bytes) -> MetricRecord:
-    """The record's value, or DeadLetter (reason `decode` or `validation`)."""
+def _record(raw: bytes) -> MetricRecord:
     try:
         record: MetricRecord = _UNION.decode(raw)
         return record
-    except msgspec.ValidationError as union_error:
+    except msgspec.ValidationError:
         try:
             tag = _TAG.decode(raw).kind
         except msgspec.ValidationError:
             tag = None
         if tag is not None:  # tagged but invalid: the union's message names the field
-            raise DeadLetter("validation", str(union_error)) from None
-        try:
-            sample: MetricSample = _SAMPLE.decode(raw)
-            return sample
-        except msgspec.ValidationError as e:
-            raise DeadLetter("validation", str(e)) from None
-        except msgspec.DecodeError as e:
-            raise DeadLetter("decode", str(e)) from None
-    except msgspec.DecodeError as e:
-        raise DeadLetter("decode", str(e)) from None
-    except UnicodeDecodeError as e:  # msgspec raises it for a string that is not UTF-8
-        raise DeadLetter("decode", f"not UTF-8: {e}") from None
+            raise
+        sample: MetricSample = _SAMPLE.decode(raw)
+        return sample
+
+
+def decode_record(raw: bytes) -> MetricRecord:
+    """The record's value, or DeadLetter (reason `decode` or `validation`)."""
+    return decoded(_record, raw)
 
 
 def split_record(

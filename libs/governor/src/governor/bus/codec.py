@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -98,6 +98,22 @@ class DeadLetter(Exception):
         self.detail = detail
 
 
+V = TypeVar("V")
+
+
+def decoded(decode: Callable[[bytes], V], raw: bytes) -> V:
+    """`decode(raw)`, else DeadLetter: `validation` (a field is wrong: msgspec names it) or
+    `decode` (not JSON, or not UTF-8)."""
+    try:
+        return decode(raw)
+    except msgspec.ValidationError as e:
+        raise DeadLetter("validation", str(e)) from None
+    except msgspec.DecodeError as e:
+        raise DeadLetter("decode", str(e)) from None
+    except UnicodeDecodeError as e:  # msgspec raises it for a string that is not UTF-8
+        raise DeadLetter("decode", f"not UTF-8: {e}") from None
+
+
 class Message(msgspec.Struct, Generic[T], frozen=True, gc=False):
     """A decoded record. `value` is None for a tombstone (compacted topics only)."""
 
@@ -163,14 +179,7 @@ class Decoder(Generic[T]):
                 raise DeadLetter("tombstone", "tombstone without a key")
             value = None
         else:
-            try:
-                value = self._decode(raw)
-            except msgspec.ValidationError as e:
-                raise DeadLetter("validation", str(e)) from None
-            except msgspec.DecodeError as e:
-                raise DeadLetter("decode", str(e)) from None
-            except UnicodeDecodeError as e:  # msgspec raises it for a string that is not UTF-8
-                raise DeadLetter("decode", f"not UTF-8: {e}") from None
+            value = decoded(self._decode, raw)
             if self._check_key and key is not None:
                 want = self._key(value)
                 if want != key:
