@@ -113,12 +113,18 @@ class Converted:
     activation: float = 0.0
 
 
-def _name(t: Trigger, labels: list[str]) -> str:
-    return t.name or metric_name(t.type, labels)
-
-
-def _interval(t: Trigger, source: dict[str, Any]) -> dict[str, Any]:
-    return {**source, "intervalSeconds": t.interval}
+def _converted(
+    t: Trigger,
+    labels: list[str],
+    source: dict[str, Any],
+    target: dict[str, Any],
+    activation: float = 0.0,
+) -> Converted:
+    """The metric `t` becomes: named by `labels` unless the trigger names it, its source polled
+    at the trigger's interval."""
+    name = t.name or metric_name(t.type, labels)
+    source = {**source, "intervalSeconds": t.interval}
+    return Converted({"name": name, "source": source, "target": target}, activation)
 
 
 # --- the scalers ------------------------------------------------------------------------------
@@ -137,14 +143,9 @@ def cpu_memory(t: Trigger) -> Converted:
             "AverageValue"
         )
     container = t.get("containerName") or ""
-    return Converted(
-        {
-            "name": _name(t, [f"container={container}" if container else ""]),
-            "source": _interval(t, {"type": "resource", "resource": t.type}),
-            "target": target,
-        },
-        t.num("activationValue", 0.0),
-    )
+    labels = [f"container={container}" if container else ""]
+    source = {"type": "resource", "resource": t.type}
+    return _converted(t, labels, source, target, t.num("activationValue", 0.0))
 
 
 def kafka(t: Trigger) -> Converted:
@@ -172,14 +173,9 @@ def kafka(t: Trigger) -> Converted:
             "governor's kafka_lag source connects in plaintext without credentials; a broker "
             "that requires them refuses it (the metric then goes stale and the policy holds)"
         )
-    return Converted(
-        {
-            "name": _name(t, [f"topic={topic}", f"group={group}"]),
-            "source": _interval(t, source),
-            "target": t.target(float(threshold)),
-        },
-        t.num("activationLagThreshold", 0.0),
-    )
+    labels = [f"topic={topic}", f"group={group}"]
+    target = t.target(float(threshold))
+    return _converted(t, labels, source, target, t.num("activationLagThreshold", 0.0))
 
 
 def prometheus(t: Trigger) -> Converted:
@@ -189,41 +185,25 @@ def prometheus(t: Trigger) -> Converted:
             f"{t.where}: TriggerAuthentication {t.auth.name!r}: governor's prometheus source "
             "does not authenticate; a server that requires it refuses the queries"
         )
-    return Converted(
-        {
-            "name": _name(t, []),
-            "source": _interval(
-                t,
-                {
-                    "type": "prometheus",
-                    "query": t.require("query"),
-                    "serverAddress": t.require("serverAddress"),
-                },
-            ),
-            "target": t.target(t.num("threshold")),
-        },
-        t.num("activationThreshold", 0.0),
-    )
+    source = {
+        "type": "prometheus",
+        "query": t.require("query"),
+        "serverAddress": t.require("serverAddress"),
+    }
+    target = t.target(t.num("threshold"))
+    return _converted(t, [], source, target, t.num("activationThreshold", 0.0))
 
 
 def cron(t: Trigger) -> Converted:
-    return Converted(
-        {
-            "name": _name(t, []),
-            "source": _interval(
-                t,
-                {
-                    "type": "cron",
-                    "timezone": t.require("timezone"),
-                    "start": t.require("start"),
-                    "end": t.require("end"),
-                    "desiredReplicas": int(t.num("desiredReplicas")),
-                },
-            ),
-            # KEDA's cron target: one replica per unit of the published desiredReplicas.
-            "target": {"type": "AverageValue", "averageValue": 1.0},
-        }
-    )
+    source: dict[str, Any] = {
+        "type": "cron",
+        "timezone": t.require("timezone"),
+        "start": t.require("start"),
+        "end": t.require("end"),
+        "desiredReplicas": int(t.num("desiredReplicas")),
+    }
+    # KEDA's cron target: one replica per unit of the published desiredReplicas.
+    return _converted(t, [], source, {"type": "AverageValue", "averageValue": 1.0})
 
 
 _API_AUTH = {
@@ -262,26 +242,15 @@ def metrics_api(t: Trigger) -> Converted:
                 source["method"] = t.get("method")
             if t.get("keyParamName"):
                 source["keyParamName"] = t.get("keyParamName")
-    return Converted(
-        {
-            "name": _name(t, [f"value={location}"]),
-            "source": _interval(t, source),
-            "target": t.target(t.num("targetValue")),
-        },
-        t.num("activationTargetValue", 0.0),
-    )
+    target = t.target(t.num("targetValue"))
+    return _converted(t, [f"value={location}"], source, target, t.num("activationTargetValue", 0.0))
 
 
 def kubernetes_workload(t: Trigger) -> Converted:
     selector = t.require("podSelector")
-    return Converted(
-        {
-            "name": _name(t, [re.sub(r"\s*,\s*", ",", selector.strip())]),
-            "source": _interval(t, {"type": "kubernetes_workload", "podSelector": selector}),
-            "target": t.target(t.num("value")),
-        },
-        t.num("activationValue", 0.0),
-    )
+    labels = [re.sub(r"\s*,\s*", ",", selector.strip())]
+    source = {"type": "kubernetes_workload", "podSelector": selector}
+    return _converted(t, labels, source, t.target(t.num("value")), t.num("activationValue", 0.0))
 
 
 def management_url(host: str) -> str:
@@ -344,14 +313,8 @@ def rabbitmq(t: Trigger) -> Converted:
                 f"{t.where}: podIdentity {t.auth.pod_identity}: governor's rabbitmq source uses "
                 "basic auth only (credentials in the host or *FromEnv)"
             )
-    return Converted(
-        {
-            "name": _name(t, [f"queue={queue}", f"mode={mode}"]),
-            "source": _interval(t, source),
-            "target": t.target(value),
-        },
-        t.num("activationValue", 0.0),
-    )
+    labels = [f"queue={queue}", f"mode={mode}"]
+    return _converted(t, labels, source, t.target(value), t.num("activationValue", 0.0))
 
 
 def _redis_connection(t: Trigger, source: dict[str, Any]) -> None:
@@ -401,10 +364,7 @@ def redis(t: Trigger) -> Converted:
         value = t.num("keyValue")
         activation = t.num("activationValue", 0.0)
         label = f"key={t.get('keyName')}"
-    return Converted(
-        {"name": _name(t, [label]), "source": _interval(t, source), "target": t.target(value)},
-        activation,
-    )
+    return _converted(t, [label], source, t.target(value), activation)
 
 
 def redis_streams(t: Trigger) -> Converted:
@@ -421,14 +381,8 @@ def redis_streams(t: Trigger) -> Converted:
         source["measure"], value = "streamLength", t.num("streamLength", 5.0)
     if group:
         source["consumerGroup"] = group
-    return Converted(
-        {
-            "name": _name(t, [f"stream={stream}", f"group={group}" if group else ""]),
-            "source": _interval(t, source),
-            "target": t.target(value),
-        },
-        t.num("activationLagCount", 0.0),
-    )
+    labels = [f"stream={stream}", f"group={group}" if group else ""]
+    return _converted(t, labels, source, t.target(value), t.num("activationLagCount", 0.0))
 
 
 SCALERS: dict[str, Callable[[Trigger], Converted]] = {
