@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from governor.events import QUEUES, QUOTAS, QueueState, QuotaState
 
@@ -34,12 +34,8 @@ def render_quotas(quotas: Iterable[QuotaState], console: Console) -> None:
     rows = sorted(quotas, key=lambda q: q.quota)
     if not rows:
         return
-    table = Table(title="namespace ResourceQuotas")
-    table.add_column("QUOTA")
-    table.add_column("SCOPE")
-    table.add_column("used/hard (status.used)")
-    table.add_column("UNMANAGED")
-    table.add_column("SCALED WORKLOADS")
+    headers = ("QUOTA", "SCOPE", "used/hard (status.used)", "UNMANAGED", "SCALED WORKLOADS")
+    table = Table(*headers, title="namespace ResourceQuotas")
     for q in rows:
         scope = ", ".join(q.scopes) or "-"
         if q.priority_classes is not None:
@@ -58,16 +54,18 @@ def render_queues(queues: Iterable[QueueState], console: Console) -> None:
     rows = sorted(queues, key=lambda q: q.queue)
     if not rows:
         return
-    table = Table(title="Volcano queues")
-    table.add_column("QUEUE")
-    table.add_column("PARENT")
-    table.add_column("STATE")
-    table.add_column("WEIGHT", justify="right")
-    table.add_column("RECLAIM")
-    table.add_column("allocated/capability")
-    table.add_column("DESERVED")
-    table.add_column("GUARANTEE")
-    table.add_column("SCALED WORKLOADS")
+    table = Table(
+        "QUEUE",
+        "PARENT",
+        "STATE",
+        Column("WEIGHT", justify="right"),
+        "RECLAIM",
+        "allocated/capability",
+        "DESERVED",
+        "GUARANTEE",
+        "SCALED WORKLOADS",
+        title="Volcano queues",
+    )
     for q in rows:
         table.add_row(
             q.queue,
