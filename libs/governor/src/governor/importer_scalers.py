@@ -106,6 +106,16 @@ class Trigger:
         )
         return True
 
+    def credentials(self, source: dict[str, Any]) -> None:
+        """A username and password: the environment variables the metadata names, else the
+        TriggerAuthentication's (as the collector's environment variables)."""
+        for key in ("usernameFromEnv", "passwordFromEnv"):
+            if self.get(key):
+                source[key] = self.get(key)
+        if self.auth is not None:
+            self.secret("username", "usernameFromEnv", source)
+            self.secret("password", "passwordFromEnv", source)
+
 
 @dataclass
 class Converted:
@@ -297,12 +307,8 @@ def rabbitmq(t: Trigger) -> Converted:
     for flag in ("useRegex", "excludeUnacknowledged"):
         if flag in t.metadata:
             source[flag] = t.flag(flag)
-    for key in ("usernameFromEnv", "passwordFromEnv"):
-        if t.get(key):
-            source[key] = t.get(key)
+    t.credentials(source)
     if t.auth is not None:
-        t.secret("username", "usernameFromEnv", source)
-        t.secret("password", "passwordFromEnv", source)
         if t.auth.known and t.auth.params & {"tls", "ca", "cert", "key"}:
             t.notes.append(
                 f"{t.where}: TLS client certificates from {t.auth.name!r}: governor's rabbitmq "
@@ -337,18 +343,13 @@ def _redis_connection(t: Trigger, source: dict[str, Any]) -> None:
         source["databaseIndex"] = int(number(index, f"{t.where}.metadata.databaseIndex"))
     if "enableTLS" in t.metadata:
         source["enableTls"] = t.flag("enableTLS")
-    for key in ("usernameFromEnv", "passwordFromEnv"):
-        if t.get(key):
-            source[key] = t.get(key)
-    if t.auth is not None:
-        t.secret("username", "usernameFromEnv", source)
-        t.secret("password", "passwordFromEnv", source)
-        if t.auth.known and t.auth.params & {"tls", "ca", "cert", "key"}:
-            source["enableTls"] = True
-            t.notes.append(
-                f"{t.where}: TLS client certificates from {t.auth.name!r}: governor's redis "
-                "sources verify the server with the system's CAs and send no client certificate"
-            )
+    t.credentials(source)
+    if t.auth is not None and t.auth.known and t.auth.params & {"tls", "ca", "cert", "key"}:
+        source["enableTls"] = True
+        t.notes.append(
+            f"{t.where}: TLS client certificates from {t.auth.name!r}: governor's redis "
+            "sources verify the server with the system's CAs and send no client certificate"
+        )
 
 
 def redis(t: Trigger) -> Converted:
