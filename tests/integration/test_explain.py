@@ -27,67 +27,11 @@ from governor.explain import Explained, Explanation
 from governor.kube import Kube, connect
 from governor.topics import ensure_topics
 from tests.support.ci import unavailable
+from tests.support.explain import actuation, decision, recommendation
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 BIN = Path(sys.executable).parent
-
-
-def decision(workload: str, seq: int, frm: int, to: int, at: float) -> events.ScaleDecision:
-    return events.ScaleDecision(
-        decision_id=f"{workload.replace('/', '.')}-{seq}",
-        workload=workload,
-        seq=seq,
-        from_replicas=frm,
-        to_replicas=to,
-        reasons=[
-            events.Reason(rule="metric", metric="rps", value=4.2, detail="ceil(1 x 42/10) = 5"),
-            events.Reason(rule="rate_limit", detail="scaleUp: Pods 4 per 15s"),
-        ],
-        inputs=[
-            events.MetricInput(
-                metric="rps", value=42.0, target=10, target_type="AverageValue", desired=5
-            )
-        ],
-        policy_generation=1,
-        newest_input=at,
-        decided_at=at,
-    )
-
-
-def actuation(d: events.ScaleDecision, outcome: str, reason: str) -> events.Actuation:
-    return events.Actuation(
-        decision_id=d.decision_id,
-        workload=d.workload,
-        seq=d.seq,
-        outcome=outcome,  # type: ignore[arg-type]
-        reason=reason,
-        from_replicas=d.from_replicas,
-        to_replicas=d.to_replicas,
-        at=d.decided_at + 0.2,
-    )
-
-
-def recommendation(workload: str, at: float) -> events.Recommendation:
-    return events.Recommendation(
-        workload=workload,
-        pool="default",
-        desired=5,
-        current=1,
-        ready=1,
-        min_replicas=1,
-        max_replicas=20,
-        floor=1,
-        priority=0,
-        weight=1.0,
-        requests={"cpu": 0.5},
-        elastic=False,
-        reasons=[],
-        inputs=[],
-        newest_input=at,
-        policy_generation=1,
-        computed_at=at,
-    )
 
 
 def run_cli(argv: list[str], env: dict[str, str]) -> str:
@@ -163,10 +107,10 @@ async def test_kubectl_governor_explain_shows_decisions_outcomes_annotations_and
     namespace = f"explain-{unique_suffix}"
     workload = f"{namespace}/Deployment/web"
     now = time.time()
-    first = decision(workload, 1, 1, 5, now - 60)
-    second = decision(workload, 2, 5, 3, now - 30)
+    first = decision(1, 1, 5, workload, at=now - 60, desired=5)
+    second = decision(2, 5, 3, workload, at=now - 30, desired=5)
     async with Producer(kafka_bootstrap) as p:
-        await p.send(events.RECOMMENDATIONS, recommendation(workload, now - 61))
+        await p.send(events.RECOMMENDATIONS, recommendation(now - 61, 1, workload))
         await p.send(events.DECISIONS, first)
         await p.send(events.ACTUATIONS, actuation(first, "applied", "applied"))
         await p.send(events.DECISIONS, second)
@@ -213,7 +157,7 @@ async def test_kubectl_governor_explain_shows_decisions_outcomes_annotations_and
         line = await asyncio.wait_for(follow.stdout.readline(), 60)
         initial = msgspec.json.decode(line, type=Explanation)
         assert [e.seq for e in initial.decisions] == [1, 2]
-        third = decision(workload, 3, 3, 6, time.time())
+        third = decision(3, 3, 6, workload, at=time.time(), desired=5)
         async with Producer(kafka_bootstrap) as p:
             await p.send(events.DECISIONS, third)
             line = await asyncio.wait_for(follow.stdout.readline(), 30)

@@ -7,61 +7,8 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor.events import Actuation, MetricInput, Reason, Recommendation, ScaleDecision
 from governor.explain import PENDING, ClusterEvent, Explanation, explain, render
-
-WL = "shop/Deployment/web"
-
-
-def decision(seq: int, frm: int = 1, to: int = 5, workload: str = WL) -> ScaleDecision:
-    return ScaleDecision(
-        decision_id=f"d-{workload}-{seq}",
-        workload=workload,
-        seq=seq,
-        from_replicas=frm,
-        to_replicas=to,
-        reasons=[
-            Reason(rule="metric", metric="rps", value=4.2, detail="ceil(1 x 42 / 10) = 5"),
-            Reason(rule="rate_limit", detail="scaleUp Pods 4 per 15s"),
-        ],
-        inputs=[MetricInput(metric="rps", value=42.0, target=10, target_type="AverageValue")],
-        policy_generation=1,
-        newest_input=1000.0 + seq,
-        decided_at=1000.0 + seq,
-    )
-
-
-def actuation(d: ScaleDecision, outcome: str, reason: str, at: float) -> Actuation:
-    return Actuation(
-        decision_id=d.decision_id,
-        workload=d.workload,
-        seq=d.seq,
-        outcome=outcome,  # type: ignore[arg-type]
-        reason=reason,
-        at=at,
-    )
-
-
-def recommendation(at: float, ready: int, workload: str = WL) -> Recommendation:
-    return Recommendation(
-        workload=workload,
-        pool="default",
-        desired=5,
-        current=1,
-        ready=ready,
-        min_replicas=1,
-        max_replicas=20,
-        floor=1,
-        priority=0,
-        weight=1.0,
-        requests={},
-        elastic=False,
-        reasons=[],
-        inputs=[],
-        newest_input=at,
-        policy_generation=1,
-        computed_at=at,
-    )
+from tests.support.explain import WL, actuation, decision, recommendation
 
 
 def test_last_n_of_this_workload_oldest_first_with_their_outcomes() -> None:
