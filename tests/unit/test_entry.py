@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,37 @@ def test_a_group_without_its_subcommand_prints_its_commands_and_exits_2(
     err = capsys.readouterr().err
     assert err.startswith("usage: governor dev kafka [-h] COMMAND")
     assert "up" in err and "down" in err and "status" in err
+
+
+REPO = Path(__file__).resolve().parents[2]
+# A `governor` invocation: in a code span, or on a line of a code block or of the Makefile.
+WORDS = r"governor ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?"
+SPAN = re.compile(r"`(?:kubectl |uv run (?:--frozen )?)?" + WORDS)
+# a command line: `governor ...`, `uv run [--frozen] governor ...`, `kubectl governor ...`
+CODE = re.compile(r"\s*(?:\$ )?(?:(?:uv|\$\(UV\)) run (?:--frozen )?|kubectl )?" + WORDS)
+
+
+def _documented() -> set[tuple[str, str | None]]:
+    found: set[tuple[str, str | None]] = set()
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        fenced = False
+        for line in path.read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            found |= {m.groups() for m in SPAN.finditer(line)}
+            if fenced and (m := CODE.match(line)):
+                found.add(m.groups())
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if m := CODE.match(line.lstrip("\t@")):
+            found.add(m.groups())
+    return found
+
+
+def test_every_documented_governor_command_is_one() -> None:
+    groups = {words[0] for words in COMMANDS if len(words) == 2}
+    documented = _documented()
+    assert len(documented) >= 10, documented
+    for command, sub in documented:
+        assert [command] in COMMANDS, f"the docs call `governor {command}`, which is no command"
+        if command in groups:
+            assert [command, sub] in COMMANDS, f"`governor {command} {sub}` is no command"
