@@ -19,10 +19,9 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import signal
 from typing import Any
 
-from governor import bus
+from governor import bus, lifecycle
 from governor.cores import Outputs
 from governor.entry import service_settings
 from governor.events import ACTUATIONS, DECISIONS, Actuation, ScaleDecision, Topic
@@ -174,35 +173,10 @@ class Service:
         log.info("actuator stopped")
 
 
-async def serve(settings: ActuatorSettings) -> None:
-    service = Service(settings)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    runner: asyncio.Task[None] | None = None
-    waiter = asyncio.create_task(stop.wait())
-    try:
-        await service.start()
-        runner = asyncio.create_task(service.run())
-        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if runner in done:
-            runner.result()  # the loop ended by itself: raise what ended it
-        log.info("signal received: finishing the batch in hand")
-        service.request_stop()
-        try:
-            await asyncio.wait_for(runner, timeout=30)
-        except TimeoutError:
-            log.warning("the batch in hand did not finish within 30s")
-    finally:
-        waiter.cancel()
-        await service.stop()
-
-
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Run the service with the settings `args` name (parsed by governor_actuator.cli)."""
     settings = service_settings(parser, args, ActuatorSettings, PREFIX)
     configure_logging("actuator", settings.log_level)
     if not settings.allowed_namespaces:
         log.warning("allowed_namespaces is empty: every decision will be refused")
-    asyncio.run(serve(settings))
+    asyncio.run(lifecycle.serve(Service(settings), log))

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter
 
-from governor import bus
+from governor import bus, lifecycle
 from governor import external_metrics as em
 from governor.entry import service_settings
 from governor.events import LOAD, LoadWindow, Topic
@@ -144,6 +143,10 @@ class Service:
         assert self.consumer is not None
         await self.consumer.run(self._on_window)
 
+    def request_stop(self) -> None:
+        if self.consumer is not None:
+            self.consumer.request_stop()
+
     async def stop(self) -> None:
         if self.consumer is not None:
             await self.consumer.stop()
@@ -154,30 +157,8 @@ class Service:
         log.info("metrics adapter stopped")
 
 
-async def serve(settings: MetricsAdapterSettings) -> None:
-    service = Service(settings)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    waiter = asyncio.create_task(stop.wait())
-    runner: asyncio.Task[None] | None = None
-    try:
-        await service.start()
-        runner = asyncio.create_task(service.run())
-        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if runner in done:
-            runner.result()
-        assert service.consumer is not None
-        service.consumer.request_stop()
-        await asyncio.wait_for(runner, timeout=30)
-    finally:
-        waiter.cancel()
-        await service.stop()
-
-
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Run the service with the settings `args` name (parsed by governor_metrics_adapter.cli)."""
     settings = service_settings(parser, args, MetricsAdapterSettings, PREFIX)
     configure_logging("metrics-adapter", settings.log_level)
-    asyncio.run(serve(settings))
+    asyncio.run(lifecycle.serve(Service(settings), log))
