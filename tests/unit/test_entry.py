@@ -138,6 +138,10 @@ def test_every_governor_command_answers_help(
         (["explain", "a/Deployment/b", "-o", "yaml"], "argument --output/-o: invalid choice"),
         (["simulate", "t.csv", "--out", "o"], "required: --capacity-per-replica"),
         (
+            ["simulate", "t.csv", "--capacity-per-replica", "0", "--out", "o"],
+            "governor simulate: error: --capacity-per-replica must be > 0",
+        ),
+        (
             ["simulate", "t.csv", "--capacity-per-replica", "1", "--out", "o", "--baseline", "x"],
             "argument --baseline: only `--baseline hpa` is known, got 'x'",
         ),
