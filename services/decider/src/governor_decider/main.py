@@ -20,9 +20,10 @@ and stage 2, as separate instances would hold them. This shell
   workload its load evaluated within the last two ticks is skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
-- writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
-  decision it allows (a cycle's checkpoints in flight together, then its decisions);
-  publishes capacity shortfalls (governor.shortfalls, keyed by pool) when they change.
+- returns what a fetch or a tick decided to `run_core` as rounds of (topic, record) pairs
+  (`governor.shell.RoutingSink`): a cycle's checkpoints acknowledged together before the
+  recommendations and decisions they allow, then each pool's stage 2 the same way (capacity
+  shortfalls, governor.shortfalls keyed by pool, with its decisions, when they change).
 """
 
 from __future__ import annotations
