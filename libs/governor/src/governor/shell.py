@@ -319,7 +319,8 @@ async def run_core(
     """Consume → core → deliver (checkpoints, then records) → commit, until `until()`; then
     finish what is in hand and commit it. `tick_s`: also `core.tick(now)` that often, once the
     records' outputs are delivered (a tick's work does not hold up decisions on new input).
-    `lock`: held over each answer and its delivery, and each tick and its delivery."""
+    `lock`: held over each answer and its delivery, and each tick and its delivery (not with
+    `lanes`, whose records are answered concurrently)."""
     if lanes is not None:
         await _run_lanes(
             core, inputs, outputs, checkpoints, until, poll_ms, lanes, max_in_flight, commit_every_s
