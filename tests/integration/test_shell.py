@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from governor import events
 from governor.bus import Consumer, Message, Producer
 from governor.cores import Outputs
-from governor.shell import KafkaSink, run_core
+from governor.shell import KafkaSink, RoutingSink, run_core
 from governor.topics import ensure_topics
 from tests.fixtures.kafka import KafkaBroker
 
@@ -122,3 +122,47 @@ async def test_an_actuation_sent_while_the_broker_is_down_arrives_when_it_is_bac
     finally:
         await reader.stop()
     assert decision.decision_id in got
+
+
+async def test_a_routing_sink_sends_each_record_to_its_own_topic_in_order(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    """The decider's sink: decisions and shadow decisions are both ScaleDecisions, so the topic
+    travels with each record; per topic (and key) the order given is the order read."""
+    decisions, shadows = (
+        dataclasses.replace(t, name=f"test.shell.route.{n}.{unique_suffix}", partitions=2)
+        for t, n in ((events.DECISIONS, "d"), (events.SHADOW_DECISIONS, "s"))
+    )
+    await ensure_topics(kafka_bootstrap, [decisions, shadows])
+
+    def decision(seq: int, workload: str) -> events.ScaleDecision:
+        return events.ScaleDecision(
+            decision_id=f"{workload}-{seq}", workload=workload, seq=seq, from_replicas=1,
+            to_replicas=2, reasons=[], inputs=[], policy_generation=1, newest_input=0.0,
+            decided_at=0.0,
+        )  # fmt: skip
+
+    items: list[Any] = []
+    for seq in range(1, 31):
+        for w in ("shop/Deployment/a", "shop/Deployment/b"):
+            items.append((decisions if seq % 3 else shadows, decision(seq, w)))
+    producer = Producer(kafka_bootstrap)
+    await producer.start()
+    try:
+        await RoutingSink(producer).put(items)
+    finally:
+        await producer.stop()
+    for topic in (decisions, shadows):
+        want = [(w, s) for t, d in items if t is topic for w, s in [(d.workload, d.seq)]]
+        reader = Consumer(kafka_bootstrap, [topic], group_id=None)
+        await reader.start()
+        try:
+            got: list[tuple[str, int]] = []
+            deadline = time.monotonic() + 60
+            while len(got) < len(want) and time.monotonic() < deadline:
+                got += [(m.value.workload, m.value.seq) for m in await reader.poll(500) if m.value]
+        finally:
+            await reader.stop()
+        for w in ("shop/Deployment/a", "shop/Deployment/b"):
+            assert [s for x, s in got if x == w] == [s for x, s in want if x == w], topic.name
+        assert len(got) == len(want)

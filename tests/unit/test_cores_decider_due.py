@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.decider import DeciderCore, pool_key
+from governor.cores.decider_due import PartitionLag
 from governor.events import NodeState
 from governor.ownership import Ownership, partition_of
 from tests.unit.test_cores_decider import WL, core_with, window
@@ -57,30 +58,46 @@ def test_a_split_core_ticks_its_own_stage_only() -> None:
     assert ticked(both, 10.0) == [pool_key("gpu")]
 
 
+LIMIT = 2_000
+lags = st.dictionaries(st.integers(0, 7), st.integers(0, 2 * LIMIT), max_size=8)
+
+
 @settings(max_examples=50, deadline=None)
-@given(st.frozensets(st.integers(0, 5)), st.frozensets(st.integers(0, 5)))
-def test_the_tick_leaves_out_the_partitions_still_behind(
-    load_behind: frozenset[int], recs_behind: frozenset[int]
+@given(lags, lags, st.frozensets(st.integers(0, 5), min_size=1))
+def test_the_tick_leaves_out_the_partitions_behind_by_more_than_behind_records(
+    load_lag: dict[int, int], recs_lag: dict[int, int], owned: frozenset[int]
 ) -> None:
+    """The lag is the consumer's, per partition (some not owned: a paused or stale entry): only
+    an owned partition more than `behind_records` behind is left out."""
     workloads = [f"shop/Deployment/w{i}" for i in range(40)]
     pools = [f"pool-{i}" for i in range(12)]
-    everything = Ownership(6, frozenset(range(6)), 6, frozenset(range(6)))
+    ownership = Ownership(6, owned, 6, owned)
     one, two = DeciderCore(role="stage1"), DeciderCore(role="stage2")
     for core in (one, two):
+        core.behind_records = LIMIT
         for i, pool in enumerate(pools):
             core.on_node(NodeState(node=f"n{i}", pool=pool, allocatable={"cpu": 8.0}))
-        core.assign(everything, 0.0)
+        core.assign(ownership, 0.0)
         for w in workloads:
             core.on_window(msgspec.structs.replace(window(5.0, 100.0), workload=w))
-        core.behind_on(Ownership(6, load_behind, 6, recs_behind))
-    assert ticked(one, 10.0) == sorted(
-        w for w in workloads if partition_of(w, 6) not in load_behind
-    )
-    assert ticked(two, 10.0) == [
-        pool_key(p) for p in sorted(pools) if partition_of(p, 6) not in recs_behind
+    lag = PartitionLag(load_lag, recs_lag)
+
+    def due(key: str, lags: dict[int, int]) -> bool:
+        return partition_of(key, 6) in owned and lags.get(partition_of(key, 6), 0) <= LIMIT
+
+    assert [k for k, _ in one.tick(10.0, lag)] == sorted(w for w in workloads if due(w, load_lag))
+    assert [k for k, _ in two.tick(10.0, lag)] == [
+        pool_key(p) for p in sorted(pools) if due(p, recs_lag)
     ]
+    # Caught up: everything owned is due again; a tick without lag keeps the last one's view.
+    caught_up = PartitionLag({}, {})
+    assert ticked(one, 11.0) == [k for k, _ in one.tick(11.0, lag)]
+    assert [k for k, _ in one.tick(12.0, caught_up)] == sorted(
+        w for w in workloads if partition_of(w, 6) in owned
+    )
     # A new assignment knows nothing of the old backlog.
-    one.assign(everything, 20.0)
+    list(one.tick(13.0, lag))
+    one.assign(Ownership(6, owned, 6, owned), 20.0)
     for w in workloads:
         one.on_window(msgspec.structs.replace(window(25.0, 100.0), workload=w))
-    assert ticked(one, 30.0) == sorted(workloads)
+    assert ticked(one, 30.0) == sorted(w for w in workloads if partition_of(w, 6) in owned)

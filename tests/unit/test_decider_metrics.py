@@ -1,5 +1,6 @@
 """The decider's per-workload and per-pool gauges, from the service fed its records without Kafka
-(`on_table`, `on_load`, `tick`): what a dashboard shows is what stage 1 and stage 2 decided."""
+(`on_table`, `on_load`, `tick`, their outputs delivered as `run_core` does): what a dashboard
+shows is what stage 1 and stage 2 decided."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from prometheus_client import REGISTRY
 from governor import events
 from governor.bus import Message
 from governor.ownership import Ownership
+from governor.shell import deliver
 from governor.spec import policy_from_obj
-from governor_decider.main import Decider, DeciderSettings
+from governor_decider.main import Decider, DeciderSettings, Step
 
 GiB = float(2**30)
 
@@ -81,6 +83,10 @@ async def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str, l
     return d, train, web, load
 
 
+async def _delivered(d: Decider, out: Step) -> None:
+    await deliver(out, d.sink, d.sink)
+
+
 def _recommendations(d: Decider, published: list[object]) -> list[Message[Any]]:
     """What governor.recommendations would carry back to the decider (its stage 2)."""
     topic = d.recommendations_topic.name
@@ -103,8 +109,8 @@ async def test_pool_gauges_follow_the_allocation_and_workload_gauges_the_recomme
     d.producer.send = send  # type: ignore[method-assign,assignment]
     d.producer.publish = send  # type: ignore[method-assign,assignment]
     d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
-    await d.on_load(load)  # stage 1 of train and web
-    await d.on_load(_recommendations(d, published))  # stage 2: the pool, as a whole
+    await _delivered(d, d.on_load(load))  # stage 1 of train and web
+    await _delivered(d, d.on_load(_recommendations(d, published)))  # stage 2: the pool, whole
 
     gpu, rdma = "nvidia.com/gpu", "koordinator.sh/rdma"
     cap = {r: _value("governor_decider_pool_capacity", pool=pool, resource=r) for r in (gpu, rdma)}
@@ -177,17 +183,17 @@ async def test_latency_observes_decisions_on_new_input_not_those_a_tick_made_due
         d.producer.publish_many = send_many  # type: ignore[method-assign,assignment]
         before = observed()
         if trigger == "load":
-            await d.on_load(load)
-            await d.on_load(_recommendations(d, recs))
+            await _delivered(d, d.on_load(load))
+            await _delivered(d, d.on_load(_recommendations(d, recs)))
         else:
             for core in d.cores:  # what a rebalance gives a single instance
                 core.assign(Ownership.all())
             for msg in load:  # the windows only: a tick evaluates them
                 d.stage1.on_load(msg.value)
-            await d.tick(now)  # stage 1 of both (stage 2's pool has no recommendation yet)
+            await _delivered(d, d.tick(now))  # stage 1 of both (stage 2's pool: no recs yet)
             for msg in _recommendations(d, recs):
                 d.stage2.on_recommendation(msg.value)
-            await d.tick(now)  # stage 2 of the pool
+            await _delivered(d, d.tick(now))  # stage 2 of the pool
         assert decisions, "both workloads want to scale up: stage 2 decides"
         counts[trigger] = observed() - before
         if trigger == "load":

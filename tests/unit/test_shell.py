@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores import Outputs
-from governor.shell import Published, merged, run_core
+from governor.shell import deliver, merged, run_core
 
 Log = list[tuple[str, object]]
 
@@ -159,7 +158,113 @@ def test_an_awaited_tick_goes_through_the_sinks_after_the_records() -> None:
     assert [w for k, w in log if k == "out"] == ["r0", "tick", "r1", "tick"]
 
 
-def test_published_takes_nothing() -> None:
-    asyncio.run(Published().put([]))
-    with pytest.raises(ValueError, match="1 left over"):
-        asyncio.run(Published().put(["left over"]))
+Rounds = list[tuple[int, int]]  # a step: per round, how many checkpoints and records
+
+
+def step_of(s: int, rounds: Rounds, log: Log) -> Outputs[str]:
+    """Step `s` as chained rounds: items s<step>r<round><c|r><i>, hooks logging h<step>r<round>."""
+    out: Outputs[str] | None = None
+    for r, (cps, recs) in enumerate(rounds):
+        one = Outputs(
+            [f"s{s}r{r}c{i}" for i in range(cps)],
+            [f"s{s}r{r}r{i}" for i in range(recs)],
+            [lambda name=f"h{s}r{r}": log.append(("hook", name))],
+        )
+        out = one if out is None else out.then(one)
+    assert out is not None
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=4)))
+def test_rounds_go_out_in_order_and_steps_keep_theirs(steps: list[Rounds]) -> None:
+    """Each round's checkpoints are acknowledged before its records, its records before its hook
+    and before the next round's checkpoints; steps added together keep their order in each sink
+    (a key's records never overtake an earlier step's), and a step's first round shares the
+    previous step's last (one round trip, not two)."""
+    log: Log = []
+    total: Outputs[str] = Outputs()
+    for s, rounds in enumerate(steps):
+        total += step_of(s, rounds, log)
+    puts: list[int] = []
+
+    class Counted(LogSink):
+        async def put(self, items: Sequence[str]) -> None:
+            puts.append(len(items))
+            await super().put(items)
+
+    asyncio.run(deliver(total, Counted("out", log), LogSink("ckpt", log)))
+    at = {what: i for i, (_, what) in enumerate(log)}
+    for s, rounds in enumerate(steps):
+        for r, (cps, recs) in enumerate(rounds):
+            hook = at[f"h{s}r{r}"]
+            mine = [at[f"s{s}r{r}r{i}"] for i in range(recs)]
+            assert all(at[f"s{s}r{r}c{i}"] < min(mine, default=hook) for i in range(cps))
+            assert max(mine, default=-1) < hook
+            if r + 1 < len(rounds):
+                nxt = [
+                    at[f"s{s}r{r + 1}{k}{i}"]
+                    for k in "cr"
+                    for i in range(3)
+                    if f"s{s}r{r + 1}{k}{i}" in at
+                ]
+                assert all(hook < n for n in nxt)
+    for kind in ("out", "ckpt"):
+        names = [str(w) for k, w in log if k == kind]
+        assert names == sorted(names, key=lambda n: (int(n[1 : n.index("r")]), n))
+    assert len(puts) == sum(len(r) for r in steps) - (len(steps) - 1) if steps else puts == [0]
+
+
+def test_two_single_rounds_are_one() -> None:
+    one = Outputs(["c1"], ["r1"]) + Outputs(["c2"], ["r2"])
+    assert (one.checkpoints, one.records, one.later) == (["c1", "c2"], ["r1", "r2"], [])
+    assert not Outputs[str]() and bool(Outputs[str]().then(Outputs(records=["x"])))
+
+
+def test_a_failing_hook_neither_stops_delivery_nor_the_next_round() -> None:
+    log: Log = []
+
+    def boom() -> None:
+        raise RuntimeError("a metric's bug")
+
+    out = Outputs(records=["a"], after=[boom]).then(Outputs(records=["b"]))
+    asyncio.run(deliver(out, LogSink("out", log)))
+    assert log == [("out", "a"), ("out", "b")]
+
+
+def test_a_lock_holds_each_step_through_its_delivery() -> None:
+    """What holds the lock (a rebalance hook) never sees a step answered and not delivered."""
+    lock = asyncio.Lock()
+    log: Log = []
+
+    class Watched(Doubler):
+        def on(self, record: int) -> Outputs[str]:
+            assert lock.locked()
+            log.append(("answered", record))
+            return super().on(record)
+
+    async def go() -> None:
+        source = ListSource([[0], [1], [2]], log)
+
+        async def hook() -> None:
+            while source.batches:
+                async with lock:
+                    answered = [w for k, w in log if k == "answered"]
+                    out = [w for k, w in log if k == "out"]
+                    assert len(out) == len(answered), "a step answered and not delivered"
+                await asyncio.sleep(0)
+
+        checker = asyncio.create_task(hook())
+        await run_core(
+            Watched(), source, SlowSink("out", log), checkpoints=LogSink("ckpt", log),
+            until=lambda: not source.batches, lock=lock,
+        )  # fmt: skip
+        await checker
+
+    asyncio.run(go())
+
+
+class SlowSink(LogSink):
+    async def put(self, items: Sequence[str]) -> None:
+        await asyncio.sleep(0.001)  # the hook gets its turn while a step is being delivered
+        await super().put(items)

@@ -16,8 +16,12 @@ never gives up: `KafkaSink` retries a send with capped backoff (a log line and
 `governor_bus_emit_retries` per retry) until the broker acknowledges it, and the commit waits.
 
 `merged(a, b, ...)` makes several inputs one (the decider: its global tables beside its group's
-fetches), and a core's `on`/`tick` may be coroutines where the step awaits what it must (a
-partition hook holding the same state, the actuator's reads).
+fetches), and a core's `on`/`tick` may be coroutines where the step awaits what it must (the
+actuator's reads). `lock`: held while a step is answered and delivered, so a partition hook
+holding the same state (the decider's rebalance) finds a step either not begun or delivered.
+A step's `Outputs` may be ordered rounds (`Outputs.then`): `deliver` acknowledges each round's
+checkpoints, then its records, then calls its `after` hooks, before the next round. A core
+writing to several topics returns `(topic, value)` pairs for a `RoutingSink`.
 
 `lanes` runs the records of different keys concurrently (one sequential lane per key, at most
 `max_in_flight` queued), committing whenever the lanes are idle and at least every
@@ -65,7 +69,8 @@ __all__ = [
     "KafkaSink",
     "Lanes",
     "Merged",
-    "Published",
+    "Routed",
+    "RoutingSink",
     "Sink",
     "Source",
     "deliver",
@@ -150,56 +155,110 @@ class Sink(Protocol[Out_contra]):
     async def put(self, items: Sequence[Out_contra]) -> None: ...
 
 
-class Published:
-    """The sink of a core that publishes as it goes (the decider's: each cycle's checkpoints
-    acknowledged before its records, pool by pool): it must be handed nothing."""
+class _RetryingSink:
+    """`put` sends every item and waits for the acks (one round trip), re-sending with backoff
+    (`first_s` doubling to `max_s`) until the broker took them all: it never returns with an
+    item unsent."""
 
-    async def put(self, items: Sequence[object]) -> None:
-        if items:
-            raise ValueError(f"this core publishes its own records; {len(items)} left over")
+    def __init__(self, producer: Producer, *, first_s: float = 0.2, max_s: float = 5.0) -> None:
+        self.producer, self.first_s, self.max_s = producer, first_s, max_s
 
+    def _topics(self, items: Sequence[Any]) -> list[str]:
+        raise NotImplementedError
 
-class KafkaSink(Generic[Out]):
-    """Records to one topic. `put` publishes them all, waits for the acks (one round trip) and
-    re-sends what failed with backoff (`first_s` doubling to `max_s`) until the broker took it:
-    it never returns with a record unsent."""
+    async def _send(self, items: Sequence[Any]) -> None:
+        raise NotImplementedError
 
-    def __init__(
-        self, producer: Producer, topic: Topic[Any], *, first_s: float = 0.2, max_s: float = 5.0
-    ) -> None:
-        self.producer, self.topic = producer, topic
-        self.first_s, self.max_s = first_s, max_s
-
-    async def put(self, items: Sequence[Out]) -> None:
+    async def put(self, items: Sequence[Any]) -> None:
         if not items:
             return
+        # The first send outside the retry machinery: a tenacity loop leaves ~27 objects in
+        # reference cycles per call, which the decider's raised young-generation threshold
+        # (governor.gc_tuning) let pile up, many puts a second (+10 MiB over a minute).
+        try:
+            await self._send_counted(items)
+            return
+        except SEND_ERRORS as e:
+            log.error("%d record(s) to %s not acknowledged (%s); retrying", len(items),
+                      ", ".join(self._topics(items)), e)  # fmt: skip
+        await asyncio.sleep(self.first_s)
         await retry.retrying(
             on=SEND_ERRORS,
             first_s=self.first_s,
             max_s=self.max_s,
             log=log,
-            what=lambda: f"{len(items)} record(s) to {self.topic.name} not acknowledged",
+            what=lambda: (
+                f"{len(items)} record(s) to {', '.join(self._topics(items))} not acknowledged"
+            ),
             level=logging.ERROR,
-        )(self._send_all, items)
+        )(self._send_counted, items)
 
-    async def _send_all(self, items: Sequence[Out]) -> None:
+    async def _send_counted(self, items: Sequence[Any]) -> None:
         try:
-            acks = [await self.producer.publish(self.topic, item) for item in items]
-            await self.producer.wait(acks)
+            await self._send(items)
         except SEND_ERRORS:
-            EMIT_RETRIES.labels(self.topic.name).inc()
+            for topic in self._topics(items):
+                EMIT_RETRIES.labels(topic).inc()
             raise
+
+
+class KafkaSink(_RetryingSink, Generic[Out]):
+    """Records to one topic, each sent alone (`Producer.publish`)."""
+
+    def __init__(
+        self, producer: Producer, topic: Topic[Any], *, first_s: float = 0.2, max_s: float = 5.0
+    ) -> None:
+        super().__init__(producer, first_s=first_s, max_s=max_s)
+        self.topic = topic
+
+    def _topics(self, items: Sequence[Any]) -> list[str]:
+        return [self.topic.name]
+
+    async def _send(self, items: Sequence[Any]) -> None:
+        acks = [await self.producer.publish(self.topic, item) for item in items]
+        await self.producer.wait(acks)
+
+
+Routed = tuple[Topic[Any], Any]
+"""A record and the topic it goes to (a core writing to several topics)."""
+
+
+class RoutingSink(_RetryingSink):
+    """Records each to its own topic: per topic in the order first met, in one record batch per
+    partition (`Producer.publish_many`: a decider cycle's thousands of recommendations cost a
+    fraction of a send each), every topic's acks awaited together."""
+
+    def _topics(self, items: Sequence[Routed]) -> list[str]:
+        return list(dict.fromkeys(topic.name for topic, _ in items))
+
+    async def _send(self, items: Sequence[Routed]) -> None:
+        by_topic: dict[str, tuple[Topic[Any], list[Any]]] = {}
+        for topic, value in items:
+            held = by_topic.get(topic.name)
+            if held is None:
+                held = by_topic[topic.name] = (topic, [])
+            held[1].append(value)
+        acks = []
+        for topic, values in by_topic.values():
+            acks += await self.producer.publish_many(topic, values)
+        await self.producer.wait(acks)
 
 
 async def deliver(
     out: Outputs[Out], outputs: Sink[Out], checkpoints: Sink[Out] | None = None
 ) -> None:
-    """Checkpoints acknowledged first, then the records."""
-    if out.checkpoints:
-        if checkpoints is None:
-            raise ValueError("the core returned checkpoints and the shell has no checkpoint sink")
-        await checkpoints.put(out.checkpoints)
-    await outputs.put(out.records)
+    """Round by round: the checkpoints acknowledged, then the records, then the hooks."""
+    for step in out.rounds() if out.later else (out,):
+        if step.checkpoints:
+            if checkpoints is None:
+                raise ValueError("the core returned checkpoints and there is no checkpoint sink")
+            await checkpoints.put(step.checkpoints)
+        await outputs.put(step.records)
+        for hook in step.after:
+            try:
+                hook()
+            except Exception:  # a metric's bug must not stop delivery, nor the service
+                log.exception("a hook after delivery failed")
 
 
 async def _answer(core: Core[In, Out], record: In) -> Outputs[Out]:
@@ -265,24 +324,32 @@ async def run_core(
     lanes: Callable[[In], str] | None = None,
     max_in_flight: int = 1000,
     commit_every_s: float = 5.0,
+    lock: asyncio.Lock | None = None,
 ) -> None:
     """Consume → core → deliver (checkpoints, then records) → commit, until `until()`; then
-    finish what is in hand and commit it. `tick_s`: also `core.tick(now)` that often."""
+    finish what is in hand and commit it. `tick_s`: also `core.tick(now)` that often, once the
+    records' outputs are delivered (a tick's work does not hold up decisions on new input).
+    `lock`: held over each answer and its delivery, and each tick and its delivery (not with
+    `lanes`, whose records are answered concurrently)."""
     if lanes is not None:
         await _run_lanes(
             core, inputs, outputs, checkpoints, until, poll_ms, lanes, max_in_flight, commit_every_s
         )
         return
+    held = lock if lock is not None else contextlib.nullcontext()
     last_tick = time.monotonic()
     while not until():
-        out: Outputs[Out] = Outputs()
         records = await inputs.poll(poll_ms)
-        for record in records:
-            out += await _answer(core, record)
+        async with held:
+            out: Outputs[Out] = Outputs()
+            for record in records:
+                out += await _answer(core, record)
+            await deliver(out, outputs, checkpoints)
         if tick_s is not None and time.monotonic() - last_tick >= tick_s:
-            out += await _tick(core, time.time())
-            last_tick = time.monotonic()  # tick_s from the end of one tick to the next
-        await deliver(out, outputs, checkpoints)
+            async with held:
+                out = await _tick(core, time.time())
+                last_tick = time.monotonic()  # tick_s from the end of one tick to the next
+                await deliver(out, outputs, checkpoints)
         if records:
             await inputs.commit()
 

@@ -20,9 +20,10 @@ and stage 2, as separate instances would hold them. This shell
   workload its load evaluated within the last two ticks is skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
-- writes each stage-2 checkpoint and waits for its acknowledgement before publishing the
-  decision it allows (a cycle's checkpoints in flight together, then its decisions);
-  publishes capacity shortfalls (governor.shortfalls, keyed by pool) when they change.
+- returns what a fetch or a tick decided to `run_core` as rounds of (topic, record) pairs
+  (`governor.shell.RoutingSink`): a cycle's checkpoints acknowledged together before the
+  recommendations and decisions they allow, then each pool's stage 2 the same way (capacity
+  shortfalls, governor.shortfalls keyed by pool, with its decisions, when they change).
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from typing import Any
 from governor import cores, events, gc_tuning
 from governor.bus import Consumer, Fetch, Message, Producer, consumer_lag, read_table
 from governor.cores.decider import POOL_PREFIX, DeciderCore, Outputs
+from governor.cores.decider_due import PartitionLag
 from governor.cores.decider_memory import restoring_stages
 from governor.entry import service_settings
 from governor.ownership import Ownership
-from governor.shell import Published, merged, run_core
+from governor.shell import Routed, RoutingSink, merged, run_core
 from governor.telemetry import HealthServer, configure_logging
 from governor.topics import ensure_topics
 from governor.windows import views
@@ -66,15 +68,8 @@ from governor_decider.settings import DeciderSettings
 
 log = logging.getLogger("governor.decider")
 
-# A cycle's records to publish, by topic name: (the topic, its values in order).
-Queued = dict[str, tuple[events.Topic[Any], list[Any]]]
-
-
-def _queue(queued: Queued, topic: events.Topic[Any], value: Any) -> None:
-    held = queued.get(topic.name)
-    if held is None:
-        held = queued[topic.name] = (topic, [])
-    held[1].append(value)
+# What a step of the decider returns to `run_core`: rounds of (topic, record) pairs.
+Step = cores.Outputs[Routed]
 
 
 class Decider:
@@ -90,6 +85,7 @@ class Decider:
                 tick_seconds=settings.tick_seconds,
                 role=role,
                 pass_through=settings.pass_through,
+                behind_records=settings.behind_records,
             )
             for role in ("stage1", "stage2")
         )
@@ -98,6 +94,8 @@ class Decider:
         self.producer = Producer(
             settings.kafka.bootstrap, client_id="governor-decider", security=sec
         )
+        # Checkpoints and records alike: each pair to its topic, in batches, retried until acked.
+        self.sink = RoutingSink(self.producer)
         self.load_topic = dataclasses.replace(events.LOAD, name=settings.load_topic)
         self.recommendations_topic = dataclasses.replace(
             events.RECOMMENDATIONS, name=settings.recommendations_topic
@@ -243,56 +241,50 @@ class Decider:
             j.node_deleted(name)
 
     async def on_table(self, msg: Message[Any]) -> None:
-        async with self._lock:
-            if msg.topic == events.POLICIES.name and msg.key is not None:
-                self._policy(msg.key, msg.value)
-            elif msg.topic == events.WORKLOADS.name and msg.value is not None:
-                self._workload(msg.value)
-            elif msg.topic == events.CLUSTER.name:
-                if msg.value is not None:
-                    self._node(msg.value)
-                elif msg.key is not None:
-                    self._node_deleted(msg.key)
-            elif msg.topic == events.QUOTAS.name and msg.key is not None:
-                self._quota(msg.key, msg.value)
-            elif msg.topic == events.QUEUES.name and msg.key is not None:
-                self._queue(msg.key, msg.value)
+        if msg.topic == events.POLICIES.name and msg.key is not None:
+            self._policy(msg.key, msg.value)
+        elif msg.topic == events.WORKLOADS.name and msg.value is not None:
+            self._workload(msg.value)
+        elif msg.topic == events.CLUSTER.name:
+            if msg.value is not None:
+                self._node(msg.value)
+            elif msg.key is not None:
+                self._node_deleted(msg.key)
+        elif msg.topic == events.QUOTAS.name and msg.key is not None:
+            self._quota(msg.key, msg.value)
+        elif msg.topic == events.QUEUES.name and msg.key is not None:
+            self._queue(msg.key, msg.value)
 
-    async def on_load(self, batch: list[Message[Any]]) -> None:
+    def on_load(self, batch: list[Message[Any]]) -> Step:
         """One fetch: load windows into stage 1, recommendations into stage 2; each workload
-        evaluated once, however many of its records the fetch held."""
+        evaluated once, however many of its records the fetch held. Stage 1's round and stage
+        2's first go out together (their acknowledgements overlap, as the stages are
+        independent), then each pool's."""
         load: dict[str, None] = {}
         recommended: dict[str, None] = {}
         stage1, stage2 = self.cores
-        async with self._lock:
-            j1, j2 = self.journals if self.journals else (None, None)
-            for msg in batch:
-                value = msg.value
-                if isinstance(value, events.LoadWindow):
-                    # One message per series carries several windows (LoadWindow.more).
-                    stage1.on_load(value)
-                    if j1 is not None:
-                        for window in views(value):
-                            j1.window(window)
-                    load[value.workload] = None
-                elif isinstance(value, events.Recommendation):
-                    stage2.on_recommendation(value)
-                    if not value.decided:  # one stage 1 decided itself (pass-through) is done
-                        recommended[value.workload] = None
-                    if j2 is not None:
-                        j2.recommendation(value)
-            now = time.time()
-            # The two stages' publishing waits overlap: stage 1's recommendations are
-            # acknowledged while stage 2's checkpoints are (each stage keeps its own order).
-            await asyncio.gather(
-                self._stage1_on_load(load, now), self._stage2(recommended, now, "load")
-            )
+        j1, j2 = self.journals if self.journals else (None, None)
+        for msg in batch:
+            value = msg.value
+            if isinstance(value, events.LoadWindow):
+                # One message per series carries several windows (LoadWindow.more).
+                stage1.on_load(value)
+                if j1 is not None:
+                    for window in views(value):
+                        j1.window(window)
+                load[value.workload] = None
+            elif isinstance(value, events.Recommendation):
+                stage2.on_recommendation(value)
+                if not value.decided:  # one stage 1 decided itself (pass-through) is done
+                    recommended[value.workload] = None
+                if j2 is not None:
+                    j2.recommendation(value)
+        now = time.time()
+        out = self._decide_all(load, now, "load", stage1)
+        stage1.evaluated_on_load(load, now)
+        return out + self._stage2(recommended, now, "load")
 
-    async def _stage1_on_load(self, load: dict[str, None], now: float) -> None:
-        await self._decide_all(load, now, "load", self.stage1)
-        self.stage1.evaluated_on_load(load, now)
-
-    async def _stage2(self, workloads: Iterable[str], now: float, trigger: str) -> None:
+    def _stage2(self, workloads: Iterable[str], now: float, trigger: str) -> Step:
         """Stage 2 for these workloads: bounds-only ones each, then each pool with inventory."""
         core = self.stage2
         alone: list[str] = []
@@ -303,53 +295,54 @@ class Decider:
                 pools[pool] = None
             elif pool is not None:
                 alone.append(workload)
-        await self._decide_all(alone, now, trigger, core)
+        out = self._decide_all(alone, now, trigger, core)
         for pool in pools:
-            await self._decide_pool(pool, now, trigger)
+            started = time.perf_counter()
+            out = out.then(self._pool(pool, core.decide_pool(pool, now), now, trigger, started))
+        return out
 
-    # --- run_core's core: it publishes as it goes (each cycle's checkpoints, then records) ---
+    # --- run_core's core: what to persist and publish, in rounds; run_core delivers it -------
 
-    async def on(self, fetch: Fetch) -> cores.Outputs[Any]:
-        """A fetch of the tables (each message in turn) or of the group (one batch)."""
+    async def on(self, fetch: Fetch) -> Step:
+        """A fetch of the tables (each message in turn) or of the group (one batch; a batch
+        that raises is answered message by message, and what raises alone dead-lettered)."""
         if fetch.consumer is self.tables:
             await fetch.handle_each(self.on_table)
-        else:
-            await fetch.handle(self.on_load)
-        return cores.Outputs()
+            return cores.Outputs()
+        steps: list[Step] = []
 
-    async def tick(self, now: float) -> cores.Outputs[Any]:
-        async with self._lock:
-            # A partition far behind its end (a backlog after a handover or a stall): its
-            # workloads' windows are stale and newer ones are being read; ticking them all
-            # would only add to the backlog.
-            limit = self.s.behind_records
-            lag = self.load.lag()
-            lagging = [tp for tp, n in lag.items() if n > limit]
-            behind = self._ownership(lagging) if lagging else Ownership()
-            for core in self.cores:
-                core.behind_on(behind)
-            await self._tick(now)
-        consumer_lag(self.load, lag)
-        consumer_lag(self.tables)
-        return cores.Outputs()
+        async def answer(batch: list[Message[Any]]) -> None:
+            steps.append(self.on_load(batch))
 
-    async def _tick(self, now: float) -> None:
-        """The cores' `tick` (the scenario runner's too): stage 1's evaluations published
-        together, then each owned pool's stage 2 in turn. A bounds-only request not taken up is
-        sent again on the next recommendation after `pending_grace`."""
-        outs = list(self.stage1.tick(now))
+        await fetch.handle(answer)
+        return sum(steps, cores.Outputs())
+
+    def tick(self, now: float) -> Step:
+        """The cores' `tick` (the scenario runner's too) given the group's lag: stage 1's
+        evaluations in one round, then each owned pool's stage 2 in turn. A bounds-only request
+        not taken up is sent again on the next recommendation after `pending_grace`."""
+        lag = self.load.lag()
+        load, recs = self.load_topic.name, self.recommendations_topic.name
+        behind = PartitionLag(
+            {tp.partition: n for tp, n in lag.items() if tp.topic == load},
+            {tp.partition: n for tp, n in lag.items() if tp.topic == recs},
+        )
+        outs = list(self.stage1.tick(now, behind))
         for j in self.journals[:1]:
             for workload, _ in outs:
                 j.decide(workload, now)
-        await self._publish_evaluations(outs, "tick")
-        pools = self.stage2.tick(now)
+        out = self._evaluations(outs, "tick")
+        pools = self.stage2.tick(now, behind)
         while True:
             started = time.perf_counter()
             step = next(pools, None)
             if step is None:
                 break
-            key, out = step
-            await self._publish_pool(key.removeprefix(POOL_PREFIX), out, now, "tick", started)
+            key, one = step
+            out = out.then(self._pool(key.removeprefix(POOL_PREFIX), one, now, "tick", started))
+        consumer_lag(self.load, lag)
+        consumer_lag(self.tables)
+        return out
 
     # --- partitions: the cores' memory follows them ------------------------------------------
 
@@ -419,44 +412,35 @@ class Decider:
         await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
         self._flushed_at = time.monotonic()
 
-    async def _decide_all(
+    def _decide_all(
         self, workloads: Iterable[str], now: float, trigger: str, core: DeciderCore
-    ) -> None:
-        """One stage for each workload, then everything it asks to publish, in flight together."""
+    ) -> Step:
+        """One stage for each workload: one round for all (one or two acknowledgement round
+        trips per cycle, not one per workload)."""
         outs: list[tuple[str, Outputs]] = []
         journals = self.journals[core is self.stage2 :][:1]
         for workload in workloads:
             for j in journals:
                 j.decide(workload, now)
             outs.append((workload, core.decide(workload, now)))
-        await self._publish_evaluations(outs, trigger)
+        return self._evaluations(outs, trigger)
 
-    async def _publish_evaluations(self, outs: list[tuple[str, Outputs]], trigger: str) -> None:
+    def _evaluations(self, outs: list[tuple[str, Outputs]], trigger: str) -> Step:
         if outs:
             EVALUATIONS.labels(trigger).inc(len(outs))
-        await self._publish_all(outs, trigger)
+        return self._round(outs, trigger)
 
-    async def _decide_pool(self, pool: str, now: float, trigger: str) -> None:
-        started = time.perf_counter()
-        out = self.stage2.decide_pool(pool, now)
-        await self._publish_pool(pool, out, now, trigger, started)
-
-    async def _publish_pool(
-        self, pool: str, out: Outputs, now: float, trigger: str, started: float
-    ) -> None:
+    def _pool(self, pool: str, out: Outputs, now: float, trigger: str, started: float) -> Step:
         """A pool's stage 2 (`decide_pool`, begun at perf_counter `started`): its checkpoints
-        acknowledged, then its decisions, then its shortfalls."""
+        acknowledged, then its decisions and shortfalls."""
         POOL_SECONDS.observe(time.perf_counter() - started)
         for j in self.journals[1:]:
             j.decide_pool(pool, now)
         self._pool_metrics(pool)
-        # Every checkpoint is acknowledged before any decision of this cycle goes out.
-        await self.producer.wait(
-            [await self.producer.publish(events.DECIDER_STATE, cp) for cp in out.checkpoints]
-        )
-        await self._publish_all([(d.workload, Outputs(decision=d)) for d in out.decisions], trigger)
+        step = self._round([(d.workload, Outputs(decision=d)) for d in out.decisions], trigger)
+        step.checkpoints = [(events.DECIDER_STATE, cp) for cp in out.checkpoints]
         for sf in out.shortfalls:
-            await self.producer.publish(events.SHORTFALLS, sf)
+            step.records.append((events.SHORTFALLS, sf))
             SHORTFALLS.labels(pool).inc()
             log.info(
                 "shortfall %s: %d/%d",
@@ -467,48 +451,39 @@ class Decider:
             )
         if out.note:
             log.debug(out.note, extra={"pool": pool})
+        return step
 
-    async def _publish_all(self, outs: list[tuple[str, Outputs]], trigger: str) -> None:
-        """Publish a cycle's outputs: all checkpoints at once, and only once every one of them
-        is acknowledged (a restart can never reuse a seq) the recommendations and decisions;
-        returns when those are acknowledged too. One round trip or two per cycle, not one per
-        workload."""
-        producer = self.producer
-        checkpoints = [
-            cp
+    def _round(self, outs: list[tuple[str, Outputs]], trigger: str) -> Step:
+        """A cycle's outputs as one round: all checkpoints (acknowledged before anything else
+        goes out: a restart can never reuse a seq), then the recommendations and decisions;
+        once those are acknowledged, the latency of the decisions on new input."""
+        checkpoints: list[Routed] = [
+            (events.DECIDER_STATE, cp)
             for _, out in outs
             for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
         ]
-        await producer.wait(await producer.publish_many(events.DECIDER_STATE, checkpoints))
-        # Per topic, in one record batch per partition (Producer.publish_many).
-        queued: Queued = {}
+        records: list[Routed] = []
         for workload, out in outs:
-            self._publish(workload, out, queued)
-        acks = []
-        for topic, values in queued.values():
-            acks += await producer.publish_many(topic, values)
-        await producer.wait(acks)
-        if trigger == "tick":
-            # Made due by time (a stabilization window or rate limit running out) on input
-            # already evaluated: its age is the sample interval, not the pipeline's latency.
-            return
-        published = time.time()
-        for _, out in outs:
-            if out.decision is not None:
-                LATENCY.observe(max(0.0, published - out.decision.newest_input))
+            self._records(workload, out, records)
+        decisions = [out.decision.newest_input for _, out in outs if out.decision is not None]
+        # Made due by time (a stabilization window or rate limit running out) on input already
+        # evaluated: its age is the sample interval, not the pipeline's latency.
+        after = [] if trigger == "tick" or not decisions else [lambda: _latency(decisions)]
+        return cores.Outputs(checkpoints, records, after)
 
-    def _publish(self, workload: str, out: Outputs, queued: Queued) -> None:
-        """Queue one evaluation's recommendation and decision (its checkpoint is acknowledged)."""
+    def _records(self, workload: str, out: Outputs, records: list[Routed]) -> None:
+        """One evaluation's recommendation and decisions, and their metrics and log lines
+        (counted as decided: the sink retries until the broker takes them)."""
         rec = out.recommendation
         if rec is not None:
-            _queue(queued, self.recommendations_topic, rec)
+            records.append((self.recommendations_topic, rec))
             recommendation_metrics(rec, self.stage1.workloads.get(workload), self._child)
         for shadow in out.shadow_decisions:  # never on the decisions topic: never actuated
-            _queue(queued, events.SHADOW_DECISIONS, shadow)
+            records.append((events.SHADOW_DECISIONS, shadow))
             self._child(SHADOW_REPLICAS, workload, shadow.policy).set(shadow.to_replicas)
         d = out.decision
         if d is not None:
-            _queue(queued, self.decisions_topic, d)
+            records.append((self.decisions_topic, d))
             rule = next((r.rule for r in reversed(d.reasons) if r.rule != "metric"), "metric")
             DECISIONS.labels(rule).inc()
             direction = (
@@ -553,9 +528,11 @@ class Decider:
         await run_core(
             self,
             merged(self.tables.fetches(), self.load.fetches()),
-            Published(),
+            self.sink,
             self.s.tick_seconds,
+            checkpoints=self.sink,
             until=self._stop.is_set,
+            lock=self._lock,  # the rebalance hooks find a step not begun or delivered
         )
         await self.restorer.cancel()
         async with self._lock:
@@ -571,6 +548,13 @@ class Decider:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _latency(newest_inputs: list[float]) -> None:
+    """Newest sample -> decision acknowledged, for each decision on new input."""
+    published = time.time()
+    for newest in newest_inputs:
+        LATENCY.observe(max(0.0, published - newest))
 
 
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -48,7 +48,7 @@ from typing import Literal
 import msgspec
 
 from governor import shadow as sh
-from governor.cores.decider_due import due_now, due_pools
+from governor.cores.decider_due import PartitionLag, behind, due_now, due_pools
 from governor.cores.decider_handover import handed_over, merged_checkpoint, passes_through, raise_to
 from governor.cores.decider_memory import DECISION_PREFIX as DECISION_PREFIX
 from governor.cores.decider_memory import POOL_PREFIX as POOL_PREFIX
@@ -132,9 +132,11 @@ class DeciderCore:
     # The policy's evaluation; the simulator's reference runs bring their own (the oracle's plan).
     evaluate: Evaluate = evaluate_policy
     ownership: Ownership = field(default_factory=Ownership.all)
-    # The owned partitions whose backlog the shell is still reading (`behind_on`): the tick
-    # leaves their workloads (load) and pools (recommendations) to the catch-up.
+    # The owned partitions more than `behind_records` behind their end at the last `tick` given
+    # the lag (`decider_due.behind`): the tick leaves their workloads (load) and pools
+    # (recommendations) to the catch-up.
     behind: Ownership = field(default_factory=Ownership)
+    behind_records: int = 2_000
     # Split roles: checkpoints read at the last assignment, applied on first use (by key).
     restorable: dict[str, DeciderCheckpoint] = field(default_factory=dict)
     # Stage 1: workloads evaluated since the last `checkpoints_due`.
@@ -247,11 +249,6 @@ class DeciderCore:
         self.dirty.clear()
         self.handed.clear()
         self.shadow_memory.clear()
-
-    def behind_on(self, behind: Ownership) -> None:
-        """The partitions (of those owned) with a backlog: a tick would decide on the stale
-        windows and recommendations held for them, newer ones already being on their way."""
-        self.behind = behind
 
     def _mem(self, workload: str) -> Memory:
         """A workload's memory; in a split core restored from its checkpoint on first use."""
@@ -545,10 +542,14 @@ class DeciderCore:
         for workload in workloads:
             self.evaluated[workload] = now
 
-    def tick(self, now: float) -> Iterator[tuple[str, Outputs]]:
+    def tick(self, now: float, lag: PartitionLag | None = None) -> Iterator[tuple[str, Outputs]]:
         """The clock: stage 1 of every workload due (`decider_due.due_now`), then stage 2 of
         each owned pool with inventory (keyed `pool_key`); a split core runs its own stage.
-        Lazy: each evaluation happens as it is taken, so the shell can time and publish it."""
+        `lag` (the service's consumer): a partition behind leaves its workloads and pools out
+        (`decider_due.behind`). Lazy: each evaluation happens as it is taken, so the shell can
+        time each."""
+        if lag is not None:
+            self.behind = behind(self.ownership, lag, self.behind_records)
         if self.role != "stage2":
             for workload in due_now(self, now):
                 yield workload, self.decide(workload, now)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from governor.ownership import Ownership
 
 if TYPE_CHECKING:
     from governor.cores.decider import DeciderCore
@@ -45,3 +47,24 @@ def due_pools(core: DeciderCore) -> list[str]:
     allocation), except those whose recommendations partition is behind (`DeciderCore.behind`)."""
     owned, late = core.ownership.owns_pool, core.behind.owns_pool
     return [pool for pool in core.inventory_pools() if owned(pool) and not late(pool)]
+
+
+class PartitionLag(NamedTuple):
+    """Records between the next one to handle and the end, per owned partition of the load and
+    the recommendations topics (what the shell reads off its consumer)."""
+
+    load: Mapping[int, int]
+    recommendations: Mapping[int, int]
+
+
+def behind(ownership: Ownership, lag: PartitionLag, limit: int) -> Ownership:
+    """The owned partitions more than `limit` records behind their end: a backlog after a
+    handover or a stall, whose workloads' (pools') windows (recommendations) are stale with
+    newer ones being read. Ticking them all would only add to the backlog."""
+    load, recs = ownership.load, ownership.recommendations
+    return Ownership(
+        ownership.load_partitions,
+        frozenset(p for p, n in lag.load.items() if n > limit and p in load),
+        ownership.recommendation_partitions,
+        frozenset(p for p, n in lag.recommendations.items() if n > limit and p in recs),
+    )
