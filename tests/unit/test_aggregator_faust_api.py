@@ -50,6 +50,7 @@ def test_the_app_settings_the_aggregator_passes_exist() -> None:
         "broker_commit_every",
         "broker_commit_interval",
         "table_cleanup_interval",
+        "table_standby_replicas",
         "stream_wait_empty",
         "key_serializer",
         "value_serializer",

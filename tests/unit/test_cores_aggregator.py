@@ -27,7 +27,7 @@ from governor.windows import (
 )
 
 W = "ns/Deployment/web"
-S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 500 ms throttle
+S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 2.5 s throttle
 
 
 def sample(ts: float, value: float = 1.0, metric: str = "rps") -> events.MetricSample:
@@ -77,10 +77,23 @@ def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
     core = AggregatorCore(S)
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
     held = core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.2))
-    assert not held.records  # less than 500 ms after the last one
-    [window] = core.tick(0.3).records
+    assert not held.records  # less than the interval after the last one
+    assert not core.tick(0.3)  # held until its own interval is up
+    [window] = core.tick(S.publish_interval_ms / 1000).records
     assert isinstance(window, events.LoadWindow) and window.count == 2
-    assert not core.tick(0.4)  # nothing held back any more
+    assert not core.tick(10.0)  # nothing held back any more
+
+
+def test_a_closed_window_sends_the_held_estimate_with_it() -> None:
+    core = AggregatorCore(S)
+    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
+    assert not core.on(WorkloadSamples(W, items([1001.0], first_offset=1), now=1.0)).records
+    # 1004 s passes the watermark of the panic window ending at 1002 s: it goes out at once,
+    # with the estimates of both samples held
+    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=2), now=2.0)).records
+    assert isinstance(window, events.LoadWindow)
+    assert any(v.closed for v in (window, *window.more))
+    assert not core.tick(10.0)  # the held series went out with it
 
 
 def test_an_unchanged_estimate_is_not_sent_again() -> None:
@@ -196,7 +209,7 @@ def test_replaying_any_suffix_after_a_crash_changes_nothing(ts: list[float], cra
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(0.0, 0.49), min_size=1, max_size=20))
+@given(st.lists(st.floats(0.0, 2.9), min_size=1, max_size=20))
 def test_a_series_goes_out_at_most_once_per_interval_without_a_closed_window(
     gaps: list[float],
 ) -> None:

@@ -1,5 +1,6 @@
 """governor.cores.decider_due through `DeciderCore.tick`: the rule the service's ticker and the
-scenario runner share (a workload its load evaluated within the last two ticks is not due)."""
+scenario runner share (a workload its load evaluated within the last `LOAD_SKIP_TICKS` ticks is
+not due)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.decider import DeciderCore, pool_key
-from governor.cores.decider_due import PartitionLag
+from governor.cores.decider_due import LOAD_SKIP_TICKS, PartitionLag
 from governor.events import NodeState
 from governor.ownership import Ownership, partition_of
 from tests.unit.test_cores_decider import WL, core_with, window
@@ -26,13 +27,13 @@ def test_a_workload_with_load_is_due_on_every_tick_until_its_load_evaluates_it()
 
 @settings(max_examples=50, deadline=None)
 @given(st.floats(0.1, 10.0), st.floats(0.0, 30.0))
-def test_evaluated_on_load_skips_it_for_two_ticks(tick_s: float, later: float) -> None:
+def test_evaluated_on_load_skips_it_for_some_ticks(tick_s: float, later: float) -> None:
     core = core_with(load=700.0, replicas=2, now=1000.0)
     core.tick_seconds = tick_s
     core.decide(WL, 1000.0)
     core.evaluated_on_load([WL], 1000.0)
     now = 1000.0 + later
-    assert ticked(core, now) == ([] if later < 2 * tick_s else [WL])
+    assert ticked(core, now) == ([] if later < LOAD_SKIP_TICKS * tick_s else [WL])
 
 
 def test_a_deleted_policy_and_a_rebalance_forget_when_it_was_evaluated() -> None:

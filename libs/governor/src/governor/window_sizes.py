@@ -59,7 +59,12 @@ class WindowSettings(msgspec.Struct, kw_only=True):
     # A policy's windows hop by gcd(size, this) (`hop_for`): one closes at every multiple of it.
     hop_grid_seconds: float = 10.0
     allowed_lateness_seconds: float = 2.0
-    publish_interval_ms: int = 500
+    # How long an open window's estimate may be held back when no window closes. The default
+    # panic hop (2 s) closes a window every 2 s, and its message carries the newest estimates:
+    # above that hop, a series at a sample a second goes out once per close, not per sample
+    # (half the load messages and decider evaluations; at 500 ms it was one per sample). The
+    # margin over 2 s keeps the tick from sending the held estimate just before the close does.
+    publish_interval_ms: int = 2500
     instant_seconds: float = 1.0  # a per-pod series' instants (governor.pod_totals): the scrape
 
 

@@ -6,8 +6,8 @@ same code the simulator runs; a workload whose policy has `panic` gets that sect
 (`governor.window_sizes`, read from governor.policies by `governor_aggregator.policies`).
 Per series it publishes ONE LoadWindow message whenever windows close (the closed ones and
 the open windows' estimates, in `LoadWindow.more`), and otherwise the open windows' estimates
-at most every `publish_interval_ms`, so a decision never waits for
-a whole window and the load topic carries about one message per series and second.
+at most every `publish_interval_ms` (2.5 s), so a decision never waits for a whole window and
+the load topic carries about one message per series and panic hop (2 s).
 
 Only faust's public API (tests/unit/test_aggregator_faust_api.py lists what it relies on and fails
 on an upgrade that changes it):
@@ -68,7 +68,6 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -97,11 +96,11 @@ from governor.cores.aggregator import (
     WorkloadSamples,
 )
 from governor.entry import service_settings
-from governor.kafka_security import KafkaSecurity, password, ssl_context
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
 from governor.telemetry import HealthServer, JsonFormatter, Tally
+from governor_aggregator.app import FETCH_WAIT_ENV, broker_credentials, faust_app
 from governor_aggregator.cli import PREFIX
 from governor_aggregator.policies import PolicyFollower
 from governor_aggregator.table import WorkloadTable
@@ -120,7 +119,15 @@ RECORDS_SKIPPED = Counter(
 )
 SERIES = Gauge("governor_aggregator_series", "Workloads whose windows are held.")
 
-FETCH_WAIT_ENV = "FAUST_FETCH_MAX_WAIT_MS"
+__all__ = [
+    "FETCH_WAIT_ENV",
+    "Aggregation",
+    "AggregatorSettings",
+    "WorkloadTable",
+    "broker_credentials",
+    "build_app",
+    "start",
+]
 
 
 class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=True):
@@ -160,21 +167,16 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     # or this long.
     policy_source: events.PolicyOrigin = "file"
     policies_wait_seconds: float = 30.0
+    # Standby copies of the other workers' tables (faust's `table_standby_replicas`, its own
+    # default 1). 0: reading their changelogs live was ~5 % of a worker at 10,000 workloads,
+    # and a partition's next owner restores its windows from the changelog anyway
+    # (tests/integration/test_aggregator_rebalance.py); a standby only shortens that recovery.
+    # (0 lost a moved partition's windows while a partition's first checkpoint could wait for
+    # the interval: see `Aggregation.acked_partitions`.)
+    standby_replicas: int = 0
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
-
-
-def broker_credentials(sec: KafkaSecurity) -> Any:
-    """faust's form of the Kafka security settings (None: plaintext)."""
-    if sec.protocol == "PLAINTEXT":
-        return None
-    ctx = ssl_context(sec) if sec.tls else None
-    if not sec.sasl:
-        return faust.SSLCredentials(ctx)
-    return faust.SASLCredentials(
-        username=sec.username, password=password(sec), ssl_context=ctx, mechanism=sec.mechanism
-    )
 
 
 class Aggregation:
@@ -228,6 +230,13 @@ class Aggregation:
         self.unacked: list[Any] = []
         self.checkpointed_at = time.monotonic()
         self.checkpoint_s = s.checkpoint_interval_ms / 1000.0
+        # The metrics partitions a checkpoint of this process acked (so the group has an offset
+        # of theirs), and whether a batch folded one that is not: that one is checkpointed at
+        # once. A partition the group has no offset of resumes at `auto_offset_reset` (latest)
+        # on its next owner, past everything folded here and not acked: its windows were lost
+        # when a rebalance came before the first interval was up.
+        self.acked_partitions: set[Any] = set()
+        self.new_partition = False
         self.lock = asyncio.Lock()  # a checkpoint never lands inside a batch
         self.policies = PolicyFollower(
             self.core,
@@ -302,6 +311,8 @@ class Aggregation:
                     await self.app.consumer.seek(message.tp, self.order.expected(tp))
                 continue
             self.handled[tp] = message.offset + 1
+            if tp not in self.acked_partitions:
+                self.new_partition = True
             for smp in await self.read(message, parts):
                 items = by_workload.get(smp.workload)
                 if items is None:
@@ -381,8 +392,10 @@ class Aggregation:
         await self.app.crash(exc)
 
     def checkpoint_due(self) -> bool:
-        """Unacked events, and the interval is up."""
-        return bool(self.unacked) and time.monotonic() - self.checkpointed_at >= self.checkpoint_s
+        """Unacked events, and the interval is up or one is of a partition never acked."""
+        if not self.unacked:
+            return False
+        return self.new_partition or time.monotonic() - self.checkpointed_at >= self.checkpoint_s
 
     async def checkpoint(self) -> None:
         """Write every changed workload's table value, then ack the events folded into them."""
@@ -393,6 +406,8 @@ class Aggregation:
             unacked, self.unacked = self.unacked, []
             for event in unacked:
                 await self.stream.ack(event)
+            self.acked_partitions.update((e.message.topic, e.message.partition) for e in unacked)
+            self.new_partition = False
             self.checkpointed_at = time.monotonic()
 
     def count_samples(self) -> None:
@@ -481,39 +496,7 @@ def follow_policies(app: faust.App, agg: Aggregation) -> None:
 
 
 def build_app(s: AggregatorSettings) -> faust.App:
-    # Read by faust's consumer as patched by deploy/patches (its own default: 1500).
-    os.environ[FETCH_WAIT_ENV] = str(s.fetch_max_wait_ms)
-    app = faust.App(
-        s.app_id,
-        broker=f"kafka://{s.kafka.bootstrap}",
-        broker_credentials=broker_credentials(s.kafka.security),
-        store=s.store,
-        datadir=s.data_dir,
-        topic_partitions=events.METRICS.partitions,
-        topic_allow_declare=True,
-        web_enabled=False,
-        producer_acks=-1,
-        broker_session_timeout=s.session_timeout_seconds,
-        # Batch produce requests (the changelog; the windows have their own producer): one
-        # request per message costs more than everything else the worker does.
-        producer_linger=0.02,
-        producer_max_batch_size=256 * 1024,
-        consumer_auto_offset_reset=s.auto_offset_reset,
-        # faust commits inline in its fetch loop every `broker_commit_every` acked messages (a
-        # producer flush and an offset commit, fetching stalled meanwhile). Commit on the 1 s
-        # timer instead.
-        broker_commit_every=100_000,
-        broker_commit_interval=1.0,
-        table_cleanup_interval=60.0,
-        # A revocation or a stop does not wait for the events handed out to be acked: the
-        # checkpoint acks them, and what it did not cover is replayed (see the docstring).
-        stream_wait_empty=False,
-        # Everything is bytes encoded by governor's codecs; faust's own (JSON) codec would also
-        # be used to read the changelog back during recovery, so it must be raw everywhere.
-        key_serializer="raw",
-        value_serializer="raw",
-        Table=WorkloadTable,
-    )
+    app = faust_app(s)
     agg = Aggregation(app, s)
     follow_policies(app, agg)
 
@@ -534,7 +517,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
         if agg.checkpoint_due():
             await agg.checkpoint()
 
-    @app.timer(interval=agg.interval)
+    # More often than the interval: the core sends each held series once its own interval is
+    # up (`AggregatorCore.tick`), so a held estimate waits at most this much beyond it.
+    @app.timer(interval=min(agg.interval, 0.25))
     async def publish_open_windows() -> None:
         await agg.publish_dirty()
 

@@ -17,7 +17,7 @@ and stage 2, as separate instances would hold them. This shell
   are revoked it writes stage 1's checkpoints;
 - ticks every `tick_seconds` (the cores' `tick`, `governor.cores.decider_due`) over the
   workloads it owns, so staleness, fallback, cooldowns and panic exit fire without input (a
-  workload its load evaluated within the last two ticks is skipped);
+  workload its load evaluated within the last `decider_due.LOAD_SKIP_TICKS` ticks is skipped);
   every workload of a pool with inventory is evaluated, then each owned such pool's stage 2, so
   a node, GPU or NIC failure on the cluster table changes the next cycle's decisions;
 - returns what a fetch or a tick decided to `run_core` as rounds of (topic, record) pairs

@@ -150,7 +150,7 @@ class DeciderCore:
     settle_seconds: float = 2.5
     settled_at: float = float("-inf")
     # Stage 1: the service's tick, and when each workload was last evaluated on its load
-    # (`evaluated_on_load`): one evaluated within the last two ticks is not due by time.
+    # (`evaluated_on_load`): one evaluated within `decider_due.LOAD_SKIP_TICKS` ticks is not due.
     tick_seconds: float = 1.0
     evaluated: dict[str, float] = field(default_factory=dict)
     _inventory: frozenset[str] = frozenset()  # the pools of `nodes`

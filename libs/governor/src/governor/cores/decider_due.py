@@ -33,13 +33,18 @@ def due_by_time(
     ]
 
 
+# How many ticks a workload its load evaluated is not due by time. The aggregator sends a
+# series once per panic hop (2 s) at a sample a second (`publish_interval_ms`), so its load
+# comes about two 1 s ticks apart: a skip of two would let about every other tick evaluate it
+# once more just before its load does; one tick would at 1 s apart (the 500 ms throttle's).
+LOAD_SKIP_TICKS = 3
+
+
 def due_now(core: DeciderCore, now: float) -> list[str]:
     """Stage 1 by time at `now`: `due_by_time`, less the workloads their load evaluated within
-    the last two ticks (`DeciderCore.evaluated`). At 1 sample/s and a 1 s tick, one tick would
-    leave every workload whose load came a little over a second apart (about half of them) to be
-    evaluated twice; time still moves for each at least every three ticks (a tick does not mark
-    a workload)."""
-    return due_by_time(core, now - 2 * core.tick_seconds, core.evaluated)
+    the last `LOAD_SKIP_TICKS` ticks (`DeciderCore.evaluated`); time still moves for each at
+    least every four ticks (a tick does not mark a workload)."""
+    return due_by_time(core, now - LOAD_SKIP_TICKS * core.tick_seconds, core.evaluated)
 
 
 def due_pools(core: DeciderCore) -> list[str]:
