@@ -152,7 +152,7 @@ def _reduce(ev: Evaluation, desired: int, merge_seconds: float | None) -> int | 
     assert r is not None
     if desired >= current:
         return None
-    allowed = max(desired, ev.gate)
+    allowed = ev.gate if ev.gate > desired else desired
     if allowed > desired and r.gate_seconds is not None and not ev.burst:
         # (a burst level's hold is a memory with its own decay, not bounded by gateSeconds)
         since = ev.now if ev.merged_since is None else ev.merged_since
