@@ -11,8 +11,11 @@ one replica apart.
 
 summary.json: `{"<service>": {"governor": {...}, "hpa_live": {...}, "hpa_sim": {...}}}`, each arm
 with violation_seconds, replica_hours, scale_events, peak_replicas in trace time (live arms also
-peak_need_replicas: ceil(peak 1 s offered load / target per pod)); the other top-level keys are
-numbers about the training job's shrinks (`shrinks`), each judged against the services' need.
+peak_need_replicas: ceil(peak 1 s offered load / target per pod), and peak_over_need, their
+ratio); the other top-level keys are about the training job's shrinks (`shrinks`), each judged
+against the services' need: their count, how many were needed, and `training_shrink_log`, each
+shrink (trace_seconds, before, after, need_cpu, free_cpu, needed). `verdict` turns them into the
+must-show lines the run prints at its end.
 """
 
 from __future__ import annotations
