@@ -109,7 +109,8 @@ def quantile_near(counts: list[float], whole: float, q: float, near: float) -> f
     t = q * whole
     margin = _SLACK * whole
     i = _BIN_OF.get(near, 0)
-    c = sum(counts[: i + 1])  # ≈ the cumulative weight up to bin i
+    # ≈ the cumulative weight up to bin i, from the nearer end (the upper quantiles sit high)
+    c = sum(counts[: i + 1]) if i < BINS // 2 else whole - sum(counts[i + 1 :])
     if c < t:
         while c < t and i < BINS - 1:
             i += 1
