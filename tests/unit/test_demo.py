@@ -18,7 +18,7 @@ from governor.inventory import (
 from governor.spec import policy_from_obj
 from governor_tools.demo import hpa_twin
 from governor_tools.demo import scenario as sc
-from governor_tools.demo.report import live_summary, shrinks, sim_policy, summary
+from governor_tools.demo.report import live_summary, shrinks, sim_policy, summary, verdict
 from governor_tools.demo.run import Sample
 from governor_tools.demo.stack import Busy, exclusive
 from governor_tools.sim.traces import from_rows
@@ -216,8 +216,22 @@ def test_summary_json_holds_the_three_arms_per_service_and_only_numbers_beside()
         for arm in out[s.name].values():
             for key in ("violation_seconds", "replica_hours", "scale_events", "peak_replicas"):
                 assert isinstance(arm[key], int | float)
+        gov = out[s.name]["governor"]
+        assert gov["peak_over_need"] == gov["peak_replicas"] / gov["peak_need_replicas"]
     others = {k: v for k, v in out.items() if k not in {s.name for s in sc.SERVICES}}
-    assert others == {"training_shrinks": 1, "training_shrinks_needed": 1}
+    assert others == {
+        "training_shrinks": 1,
+        "training_shrinks_needed": 1,
+        # when and why: the services' need at target against the cpu free beside the job
+        "training_shrink_log": [
+            {"trace_seconds": 20.0, "before": 8, "after": 5, "need_cpu": 80.0,
+             "free_cpu": 64.0, "needed": True}
+        ],
+    }  # fmt: skip
+    lines = verdict(by_wl, sims)
+    assert lines[0].startswith("must-show frontend: peak spec replicas 2, need at target")
+    assert "1 shrinks, 1 while the services' need" in lines[-2] and "(met:" in lines[-2]
+    assert lines[-1].startswith("  training job 8→5 workers at trace 20 s")
 
 
 def test_simulated_policy_keeps_the_demo_behavior_on_the_total_load() -> None:

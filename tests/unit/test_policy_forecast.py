@@ -277,6 +277,34 @@ def test_the_one_scan_quantiles_are_the_cumulative_ones(
     assert fc.quantiles(counts, q1, q2) == expected
 
 
+@settings(max_examples=2000, deadline=None)
+@given(
+    counts=st.lists(
+        st.one_of(
+            # small whole numbers and halves: exact ties between a cumulative sum and q x total
+            st.integers(min_value=0, max_value=4).map(float),
+            st.sampled_from([0.0, 0.5, 1.5]),
+            st.floats(min_value=0, max_value=1e12, allow_nan=False),
+        ),
+        min_size=fc.BINS,
+        max_size=fc.BINS,
+    ),
+    q=st.one_of(
+        st.sampled_from([0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99]),
+        st.floats(min_value=0.01, max_value=0.99),
+    ),
+    near=st.integers(min_value=0, max_value=fc.BINS - 1),
+)
+def test_the_quantile_searched_from_the_last_one_is_the_cumulative_one(
+    counts: list[float], q: float, near: int
+) -> None:
+    import itertools
+
+    expected = fc.quantile(list(itertools.accumulate(counts)), q)
+    edge = fc.MAX_RATIO ** (near / (fc.BINS - 1)) if near else 1.0  # bin `near`'s upper edge
+    assert fc.quantile_near(counts, sum(counts), q, edge) == expected
+
+
 def _steady(policy: ScalingPolicySpec, load: float, replicas: int, steps: int) -> ScaleState:
     state = ScaleState()
     for i in range(steps):

@@ -11,8 +11,11 @@ one replica apart.
 
 summary.json: `{"<service>": {"governor": {...}, "hpa_live": {...}, "hpa_sim": {...}}}`, each arm
 with violation_seconds, replica_hours, scale_events, peak_replicas in trace time (live arms also
-peak_need_replicas: ceil(peak 1 s offered load / target per pod)); the other top-level keys are
-numbers about the training job's shrinks (`shrinks`), each judged against the services' need.
+peak_need_replicas: ceil(peak 1 s offered load / target per pod), and peak_over_need, their
+ratio); the other top-level keys are about the training job's shrinks (`shrinks`), each judged
+against the services' need: their count, how many were needed, and `training_shrink_log`, each
+shrink (trace_seconds, before, after, need_cpu, free_cpu, needed). `verdict` turns them into the
+must-show lines the run prints at its end.
 """
 
 from __future__ import annotations
@@ -133,13 +136,16 @@ def shrink_notes(rows: list[Sample]) -> list[str]:
     cuts = shrinks(rows)
     if not cuts:
         return ["training job: never shrank (the services' need at target always fit)"]
-    return [
+    return [_shrink_note(c) for c in cuts]
+
+
+def _shrink_note(c: Shrink) -> str:
+    return (
         f"training job {c.before}→{c.after} workers at trace {c.trace_seconds:.0f} s: the "
         f"services needed up to {c.need_cpu:g} cpu at their target in the stable window before, "
         f"{c.free_cpu:g} free beside the job: "
         + ("needed" if c.needed else "NOT needed by the services' load")
-        for c in cuts
-    ]
+    )
 
 
 def _arm(summ: LiveSummary | Summary) -> dict[str, float | int]:
@@ -151,6 +157,8 @@ def _arm(summ: LiveSummary | Summary) -> dict[str, float | int]:
     }
     if isinstance(summ, LiveSummary):
         arm["peak_need_replicas"] = summ.peak_need_replicas
+        if summ.peak_need_replicas:
+            arm["peak_over_need"] = round(summ.peak_replicas / summ.peak_need_replicas, 4)
     return arm
 
 
@@ -180,12 +188,46 @@ def summary(by_wl: dict[str, list[Sample]], sims: dict[str, dict[str, Run]]) -> 
     cuts = shrinks([r for rows in by_wl.values() for r in rows])
     out["training_shrinks"] = len(cuts)
     out["training_shrinks_needed"] = sum(c.needed for c in cuts)
+    out["training_shrink_log"] = msgspec.to_builtins(cuts)
     return out
 
 
-def write(demo: Demo, out: Path) -> list[Path]:
-    """report.png (the live run next to the reference HPA simulated on the same load) and
-    report.html (the summaries, the pipeline latency, the load's provenance, the image)."""
+PEAK_OVER_NEED_MAX = 1.1  # issue 17: peak spec replicas ≤ 1.1 × ceil(peak load / target)
+
+
+def verdict(by_wl: dict[str, list[Sample]], sims: dict[str, dict[str, Run]]) -> list[str]:
+    """The demo's must-show (issue 17), one line per criterion: each governor-managed service's
+    peak spec replicas against its need at target and its violations against the simulated
+    HPA's; the training job's shrinks against the services' need then."""
+    lines = []
+    for s in sc.SERVICES:
+        gov, hpa = live_summary(by_wl[s.workload]), sims[s.name][HPA].summary
+        need = gov.peak_need_replicas
+        ratio = gov.peak_replicas / need if need else math.inf
+        lines.append(
+            f"must-show {s.name}: peak spec replicas {gov.peak_replicas}, need at target"
+            f" ceil(peak load / {sc.TARGET_PER_POD:g}) = {need}: {ratio:.2f}×"
+            f" ({_met(ratio <= PEAK_OVER_NEED_MAX)}: ≤ {PEAK_OVER_NEED_MAX:g}×); violation"
+            f" trace-s {gov.violation_seconds:g} vs simulated HPA {hpa.violation_seconds:g}"
+            f" ({_met(gov.violation_seconds < hpa.violation_seconds)}: below)"
+        )
+    cuts = shrinks([r for rows in by_wl.values() for r in rows])
+    needed = sum(c.needed for c in cuts)
+    lines.append(
+        f"must-show training job: {len(cuts)} shrinks, {needed} while the services' need at"
+        f" target exceeded the pool's free cpu ({_met(needed == len(cuts))}: only when needed)"
+    )
+    return lines + [f"  {_shrink_note(c)}" for c in cuts]
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def write(demo: Demo, out: Path) -> tuple[list[Path], list[str]]:
+    """report.png (the live run next to the reference HPA simulated on the same load),
+    report.html (the summaries, the pipeline latency, the load's provenance, the image) and
+    summary.json; and the must-show's verdict lines (`verdict`)."""
     by_wl: dict[str, list[Sample]] = defaultdict(list)
     for sample in demo.timeline:
         by_wl[sample.workload].append(sample)
@@ -200,7 +242,7 @@ def write(demo: Demo, out: Path) -> list[Path]:
     png, live_rows = _plot(demo, by_wl, sims, out)
     summary_path = out / "summary.json"
     summary_path.write_text(json.dumps(summary(by_wl, sims), indent=2) + "\n")
-    return [png, _page(demo, live_rows, png, out), summary_path]
+    return [png, _page(demo, live_rows, png, out), summary_path], verdict(by_wl, sims)
 
 
 def _plot(

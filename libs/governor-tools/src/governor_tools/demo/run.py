@@ -479,8 +479,11 @@ def run(opts: Options, say: Say | None = None) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             from governor_tools.demo import report
 
-            for path in report.write(demo, opts.out):
+            paths, verdict = report.write(demo, opts.out)
+            for path in paths:
                 say(f"report: {path.resolve()}")
+            for line in verdict:
+                say(line)
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in demo.stack.timings.items())
     say(f"wall time {time.monotonic() - started:.0f} s ({timings})")
     return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -54,6 +55,20 @@ class Metric:
     vs_target: str
 
 
+class ForecastConsts(NamedTuple):
+    """What the forecast step derives from the policy, the start-up and the step alone."""
+
+    horizon: float
+    steps: int  # the horizon in decision steps
+    up_q: float
+    down_q: float
+    half_life: float
+    level_half_life: float
+    peak: float  # peakPercent as a fraction
+    floor_text: str  # the forecast reason's text before the bound: "forecast: p90 of load …"
+    floor_note: str  # and after it (peakPercent, when not 100)
+
+
 @dataclass(frozen=True, slots=True)
 class Compiled:
     """What evaluate derives from a policy alone: resolved behavior, bounds, metric constants."""
@@ -70,6 +85,9 @@ class Compiled:
     cap_binds: bool  # hi is the replicaCap
     forecast: ForecastSpec | None  # when enabled
     reduce: EventReductionSpec | None  # when enabled
+    # The forecast step's constants per (learned start-up, decision step): headroom.py fills
+    # it. The start-up changes rarely, so deriving them once per value, not per evaluation.
+    forecast_consts: dict[tuple[float | None, float], ForecastConsts]
 
 
 _CACHE: dict[int, tuple[ScalingPolicySpec, Compiled]] = {}
@@ -108,6 +126,7 @@ def compile_policy(policy: ScalingPolicySpec) -> Compiled:
             if policy.event_reduction and policy.event_reduction.enabled
             else None
         ),
+        forecast_consts={},
         band=f"[{1 - behavior.tolerances.down:.4g}, {1 + behavior.tolerances.up:.4g}]",
         up_window=f"stabilization window {behavior.up.window:.4g} s",
         down_window=f"stabilization window {behavior.down.window:.4g} s",
@@ -177,6 +196,7 @@ class Evaluation(msgspec.Struct, gc=False):
     gate: int = -1  # the count a scale-down must not go under (event reduction)
     burst: bool = False  # the gate is the remembered burst level (the load collapsed from it)
     horizon: float = 0.0
+    consts: ForecastConsts | None = None  # the forecast step's, once it ran
     # Event reduction on: the largest count a metric asks for without the tolerance band.
     untolerated: int = -1
     # A small scale-down held (merged) since: as of the last evaluation, and after this one.

@@ -14,8 +14,10 @@ The histogram of growth IS the error distribution of the persistence forecast "t
 so the headroom is a quantile of the forecaster's own recent errors: a volatile series gets
 more margin, a regular one less, and a constant one none (its growth is exactly 1).
 
-Cost: O(1) per evaluation (the quantiles are read from the state), O(bins + H/step) once per
-decision step; the state is a few hundred bytes (BINS floats, at most MAX_STEPS + 1 loads).
+Cost: O(1) per evaluation (the quantiles are read from the state), and once per decision step
+the histogram's update, O(H/step) for the horizon's loads and each quantile searched from the
+last step's bin (`quantile_near`: two sums in C, then the bins it moved; no cumulative list);
+the state is a few hundred bytes (BINS floats, at most MAX_STEPS + 1 loads).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ MAX_RATIO = 4.0  # growth beyond this is counted as this (the rate limits bind b
 MAX_STEPS = 32  # the longest horizon in decision steps the state keeps loads for
 HALF = 0.5  # the replica added to both sides of a growth ratio
 _LOG_MAX = math.log(MAX_RATIO)
-_EDGES = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))  # upper edge of each bin
+# The upper edge of each bin.
+_EDGES: tuple[float, ...] = (1.0, *(MAX_RATIO ** (i / (BINS - 1)) for i in range(1, BINS)))
 _RENORMALIZE_AT = 1e12
 # A load below this fraction of its recent burst level and below IDLE replicas is between
 # bursts (an idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
@@ -89,6 +92,38 @@ def quantiles(counts: list[float], q1: float, q2: float) -> tuple[float, float]:
     )
 
 
+_BIN_OF = {edge: i for i, edge in enumerate(_EDGES)}  # a quantile's edge → its bin
+# Partial sums found from a guess are not the cumulative list's floats (another order of
+# additions), but within a few dozen ulps of the total of them: a comparison with the threshold
+# decided by more than this share of the total is the one `quantile` makes, a closer one is
+# left to `quantile` itself.
+_SLACK = 1e-9
+
+
+def quantile_near(counts: list[float], whole: float, q: float, near: float) -> float:
+    """`quantile(list(accumulate(counts)), q)`, searched from the bin whose edge is `near` (the
+    last step's quantile): O(distance moved) additions after two sums in C, instead of a
+    cumulative list per step. `whole` is sum(counts). Exact: a comparison closer than _SLACK
+    of the total to a tie, or a total that is not a positive finite number, falls back to
+    `quantile` over the cumulative list."""
+    t = q * whole
+    margin = _SLACK * whole
+    i = _BIN_OF.get(near, 0)
+    # ≈ the cumulative weight up to bin i, from the nearer end (the upper quantiles sit high)
+    c = sum(counts[: i + 1]) if i < BINS // 2 else whole - sum(counts[i + 1 :])
+    if c < t:
+        while c < t and i < BINS - 1:
+            i += 1
+            c += counts[i]
+    else:
+        while i > 0 and c - counts[i] >= t:
+            c -= counts[i]
+            i -= 1
+    if not (margin > 0.0 and c - t >= margin and (i == 0 or t - (c - counts[i]) >= margin)):
+        return quantile(list(accumulate(counts)), q)
+    return _EDGES[i]
+
+
 def observe(
     state: ForecastState,
     load: float,
@@ -138,14 +173,11 @@ def observe(
         counts = [c / weight for c in counts]
         total /= weight
         weight = 1.0
-    # quantiles, inlined. Its `total <= 0` check is left out: a weight was just added, and a
-    # zero sum (a weight overflowed) bisects to bin 0, whose edge 1.0 is what the check returns.
-    cumulative = list(accumulate(counts))
-    whole = cumulative[-1]
-    i = bisect.bisect_left(cumulative, up_q * whole)
-    up = MAX_RATIO if i >= BINS else _EDGES[i]
-    i = bisect.bisect_left(cumulative, down_q * whole)
-    down = MAX_RATIO if i >= BINS else _EDGES[i]
+    # Each quantile from where it was a step ago (one sample moves it a bin or so): no
+    # cumulative list per step, the same bins as `quantile` over it.
+    whole = sum(counts)
+    up = quantile_near(counts, whole, up_q, state.up)
+    down = quantile_near(counts, whole, down_q, state.down)
     return ForecastState(now, loads, tuple(counts), weight, total, up, down, level, levels)
 
 

@@ -9,7 +9,7 @@ import math
 
 from governor.events import Reason
 from governor.policy import forecast as fc
-from governor.policy.evaluation import Evaluation
+from governor.policy.evaluation import Compiled, Evaluation, ForecastConsts
 from governor.policy.types import ScaleState
 
 
@@ -17,33 +17,40 @@ def forecast(
     ev: Evaluation, state: ScaleState, startup: float | None, step: float
 ) -> dict[str, fc.ForecastState] | None:
     """Each fresh metric's forecaster fed (forecast.py), its floor and the scale-down gate."""
-    f = ev.c.forecast
-    assert f is not None
-    known = state.forecasts or {}
-    if not ev.loads:
+    loads = ev.loads
+    if not loads:
         return state.forecasts
-    start = startup if startup is not None else f.startup_seconds
-    ev.horizon = f.horizon_seconds if f.horizon_seconds is not None else start + step
-    steps = fc.horizon_steps(ev.horizon, step)
-    down_q = ev.c.reduce.down_quantile if ev.c.reduce is not None else f.quantile
-    out = dict(known)
-    # The bounds may load each replica up to peakPercent of the target (the burst level is a
-    # memory, not a forecast: it is held at the target).
-    peak = f.peak_percent / 100.0
-    level_half_life = start * BURST_MEMORY_STARTUPS
-    half = fc.HALF
-    for name, load in ev.loads:
+    k = ev.c.forecast_consts.get((startup, step))
+    if k is None:
+        k = _consts(ev.c, startup, step)
+    ev.consts = k
+    ev.horizon = k.horizon
+    known = state.forecasts
+    # A policy's one metric replaces its own entry: no copy of the old dict to update.
+    out = {} if known is None or (len(known) == 1 and loads[0][0] in known) else dict(known)
+    known = known or {}
+    steps, up_q, down_q, half_life, level_half_life, peak = k[1:7]
+    half, now = fc.HALF, ev.now
+    for name, load in loads:
         fs = fc.observe(
-            known.get(name, _FRESH), load, ev.now, step, steps, f.quantile, down_q,
-            f.half_life_seconds, level_half_life,
+            known.get(name, _FRESH), load, now, step, steps, up_q, down_q, half_life,
+            level_half_life,
         )  # fmt: skip
         out[name] = fs
-        # fc.upper and fc.replicas_for, inlined: this runs on every evaluation.
-        bound = max(load, (load + half) * fs.up - half)
-        floor = max(0, math.ceil(bound / peak - 1e-9))
+        # fc.upper and fc.replicas_for, inlined (conditionals, not max(): this runs on every
+        # evaluation, and they pick the same float max() does).
+        bound = (load + half) * fs.up - half
+        if not bound > load:
+            bound = load
+        floor = math.ceil(bound / peak - 1e-9)
+        if floor < 0:
+            floor = 0
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
-        gate = max(0, math.ceil(max(load, (load + half) * fs.down - half) / peak - 1e-9))
+        gated = (load + half) * fs.down - half
+        gate = math.ceil((gated if gated > load else load) / peak - 1e-9)
+        if gate < 0:
+            gate = 0
         level = fs.level
         if load < fc.IDLE and load < fc.BURST_COLLAPSE * level:
             held = fc.replicas_for(level)
@@ -55,6 +62,34 @@ def forecast(
         if gate > ev.gate:
             ev.gate, ev.burst = gate, False
     return out
+
+
+def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
+    """The forecast step's constants for this start-up and step, cached on the policy (bounded:
+    the learned start-up is a running estimate and can take many values)."""
+    f = c.forecast
+    assert f is not None
+    start = startup if startup is not None else f.startup_seconds
+    horizon = f.horizon_seconds if f.horizon_seconds is not None else start + step
+    down_q = c.reduce.down_quantile if c.reduce is not None else f.quantile
+    note = f" (at {f.peak_percent:.4g} % of the target per replica)"
+    k = ForecastConsts(
+        horizon=horizon,
+        steps=fc.horizon_steps(horizon, step),
+        up_q=f.quantile,
+        down_q=down_q,
+        half_life=f.half_life_seconds,
+        # The bounds may load each replica up to peakPercent of the target (the burst level is
+        # a memory, not a forecast: it is held at the target).
+        peak=f.peak_percent / 100.0,
+        level_half_life=start * BURST_MEMORY_STARTUPS,
+        floor_text=f"forecast: {_over_next(f.quantile, horizon)} = ",
+        floor_note=note if f.peak_percent != 100.0 else "",
+    )
+    if len(c.forecast_consts) >= 1024:
+        c.forecast_consts.clear()
+    c.forecast_consts[(startup, step)] = k
+    return k
 
 
 _FRESH = fc.ForecastState()
@@ -77,12 +112,10 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
             detail = f"forecast asks {ev.floor}: a raise on it alone adds at least {least}"
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             return None
+    k = ev.consts
+    assert k is not None  # the forecast step ran: a floor is set
     unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
-    detail = (
-        f"forecast: {_over_next(f.quantile, ev.horizon)} = {ev.floor_load * unit:.4g} → {ev.floor}"
-    )
-    if f.peak_percent != 100.0:
-        detail += f" (at {f.peak_percent:.4g} % of the target per replica)"
+    detail = f"{k.floor_text}{ev.floor_load * unit:.4g} → {ev.floor}{k.floor_note}"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
 
@@ -119,7 +152,7 @@ def _reduce(ev: Evaluation, desired: int, merge_seconds: float | None) -> int | 
     assert r is not None
     if desired >= current:
         return None
-    allowed = max(desired, ev.gate)
+    allowed = ev.gate if ev.gate > desired else desired
     if allowed > desired and r.gate_seconds is not None and not ev.burst:
         # (a burst level's hold is a memory with its own decay, not bounded by gateSeconds)
         since = ev.now if ev.merged_since is None else ev.merged_since

@@ -165,7 +165,8 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
             if rule == "tolerance"
             else desired
         )
-        ev.untolerated = max(ev.untolerated, raw)
+        if raw > ev.untolerated:
+            ev.untolerated = raw
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
     if ev.c.forecast is not None:
         load = value / m.target if m.kind == "AverageValue" else ratio * current
