@@ -4,7 +4,8 @@ A group-less consumer reads the compacted topic from its beginning and follows i
 (`governor.cores.aggregator.PolicyWindows` turns each record into the workloads whose windows
 it sets, `AggregatorCore.on_policy` takes them, under the aggregation's lock: a batch never
 sees half a change). The agent folds nothing before the table was read to its end (`ready`:
-polls that found nothing new), so the replay of a policy's older records (a compacted topic
+the consumer's position reached, on every partition, the end the broker gave when it started),
+so the replay of a policy's older records (a compacted topic
 keeps them until it is compacted) only moves sizes the core holds no windows for yet; a topic
 that cannot be read holds the agent back at most `policies_wait_seconds`, then the defaults
 hold until the policies come. A change that comes later restarts the windows it resizes
@@ -18,6 +19,8 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from governor import events
 from governor.bus import Consumer
 from governor.cores.aggregator import AggregatorCore, PolicyWindows
@@ -25,10 +28,6 @@ from governor.kafka_security import KafkaSecurity
 from governor.window_sizes import WindowSettings
 
 log = logging.getLogger("governor.aggregator")
-
-# The table is read to its end once this many polls in a row (500 ms each) found nothing: one
-# empty poll can be the first fetch still under way.
-IDLE_POLLS = 2
 
 
 class PolicyFollower:
@@ -75,21 +74,20 @@ class PolicyFollower:
 
     async def follow(self) -> None:
         await self.consumer.start()
-        idle = 0
+        client = self.consumer.client
+        # Positions, not the offsets of records seen: compaction and transaction markers leave
+        # gaps, so the last record read can stand before the end.
+        end = await client.end_offsets(list(client.assignment()))
         while not self.stopping:
             messages = await self.consumer.poll(timeout_ms=500)
-            if not messages:
-                idle += 1
-                if idle >= IDLE_POLLS:
-                    self.ready.set()
-                continue
-            idle = 0
             changes: dict[str, WindowSettings | None] = {}
             for msg in messages:
                 if msg.key is not None:
                     changes.update(self.table.on(msg.key, msg.value))
             if changes:
                 await self.locked(functools.partial(self.apply, changes))
+            if not self.ready.is_set() and await read_to(client, end):
+                self.ready.set()  # after the changes above: the end's records are in the core
 
     def apply(self, changes: dict[str, WindowSettings | None]) -> None:
         for workload, sizes in changes.items():
@@ -107,3 +105,11 @@ class PolicyFollower:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
         await self.consumer.stop()
+
+
+async def read_to(client: AIOKafkaConsumer, end: dict[TopicPartition, int]) -> bool:
+    """Whether `client` has handed out every record before `end` on each partition."""
+    for tp, offset in end.items():
+        if await client.position(tp) < offset:
+            return False
+    return True
