@@ -293,7 +293,8 @@ def test_the_one_scan_quantiles_are_the_cumulative_ones(
         st.sampled_from([0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99]),
         st.floats(min_value=0.01, max_value=0.99),
     ),
-    near=st.integers(min_value=0, max_value=fc.BINS - 1),
+    # the top bin has a search of its own (a spiky load's quantiles sit there): weighted up
+    near=st.one_of(st.just(fc.BINS - 1), st.integers(min_value=0, max_value=fc.BINS - 1)),
 )
 def test_the_quantile_searched_from_the_last_one_is_the_cumulative_one(
     counts: list[float], q: float, near: int

@@ -65,6 +65,7 @@ class ForecastConsts(NamedTuple):
     half_life: float
     level_half_life: float
     peak: float  # peakPercent as a fraction
+    growth: float  # 2 ** (step / half_life): a growth sample's weight, one step later
     floor_text: str  # the forecast reason's text before the bound: "forecast: p90 of load …"
     floor_note: str  # and after it (peakPercent, when not 100)
 

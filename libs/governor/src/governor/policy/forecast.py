@@ -108,6 +108,16 @@ def quantile_near(counts: list[float], whole: float, q: float, near: float) -> f
     `quantile` over the cumulative list."""
     t = q * whole
     margin = _SLACK * whole
+    # The top bin (a spiky load's upper quantiles stay there): its cumulative weight is the
+    # total, the bin below it the total less its own, so no sum is needed. The same comparisons
+    # the search below makes from there.
+    if (
+        near == MAX_RATIO
+        and margin > 0.0
+        and whole - t >= margin
+        and t - (whole - counts[_TOP]) >= margin
+    ):
+        return MAX_RATIO
     i = _BIN_OF.get(near, 0)
     # ≈ the cumulative weight up to bin i, from the nearer end (the upper quantiles sit high)
     c = sum(counts[: i + 1]) if i < BINS // 2 else whole - sum(counts[i + 1 :])
@@ -124,6 +134,10 @@ def quantile_near(counts: list[float], whole: float, q: float, near: float) -> f
     return _EDGES[i]
 
 
+_TOP = BINS - 1
+_log = math.log
+
+
 def observe(
     state: ForecastState,
     load: float,
@@ -134,6 +148,7 @@ def observe(
     down_q: float,
     half_life: float,
     level_half_life: float = 0.0,
+    growth: float = 0.0,
 ) -> ForecastState:
     """The state after seeing `load` (replica units) at `now`: one sample per decision step.
 
@@ -142,7 +157,10 @@ def observe(
     for a bursty or scale-to-zero load the growth quantile alone holds no replicas between
     bursts; the level remembers the last burst for the scale-down gate (headroom.py). Growth
     is measured from the level H ago rather than the load H ago, so a burst that returns is
-    not counted as growth from zero (a smooth load's level is about its load: little changes)."""
+    not counted as growth from zero (a smooth load's level is about its load: little changes).
+
+    `growth`: 2 ** (step / half_life), what a sample's weight grows by per step, when the
+    caller keeps it (0: computed here; the same float either way)."""
     at = state.at
     if now < at + step * 0.999:
         return state  # the decider evaluates more often than once a step: same bucket
@@ -163,12 +181,12 @@ def observe(
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
     # growth_bin, inlined: this runs once per decision step of every workload.
     ratio = (ahead + HALF) / (base + HALF)
-    b = 0 if ratio <= 1.0 else min(BINS - 1, 1 + int(math.log(ratio) / _LOG_MAX * (BINS - 1)))
+    b = 0 if ratio <= 1.0 else min(_TOP, 1 + int(_log(ratio) / _LOG_MAX * _TOP))
     counts = list(state.counts) if state.counts else [0.0] * BINS
     weight = state.weight
     counts[b] += weight
     total = state.total + weight
-    weight *= 2.0 ** (step / half_life)
+    weight *= growth if growth else 2.0 ** (step / half_life)
     if weight > _RENORMALIZE_AT:
         counts = [c / weight for c in counts]
         total /= weight

@@ -29,12 +29,12 @@ def forecast(
     # A policy's one metric replaces its own entry: no copy of the old dict to update.
     out = {} if known is None or (len(known) == 1 and loads[0][0] in known) else dict(known)
     known = known or {}
-    steps, up_q, down_q, half_life, level_half_life, peak = k[1:7]
+    steps, up_q, down_q, half_life, level_half_life, peak, growth = k[1:8]
     half, now = fc.HALF, ev.now
     for name, load in loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, now, step, steps, up_q, down_q, half_life,
-            level_half_life,
+            level_half_life, growth,
         )  # fmt: skip
         out[name] = fs
         # fc.upper and fc.replicas_for, inlined (conditionals, not max(): this runs on every
@@ -82,6 +82,7 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
         # The bounds may load each replica up to peakPercent of the target (the burst level is
         # a memory, not a forecast: it is held at the target).
         peak=f.peak_percent / 100.0,
+        growth=2.0 ** (step / f.half_life_seconds),
         level_half_life=start * BURST_MEMORY_STARTUPS,
         floor_text=f"forecast: {_over_next(f.quantile, horizon)} = ",
         floor_note=note if f.peak_percent != 100.0 else "",
