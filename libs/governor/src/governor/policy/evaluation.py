@@ -76,6 +76,9 @@ class Compiled:
 
     behavior: ResolvedBehavior
     tol: Tolerances
+    # tol's band as bounds (Tolerances.within's floats): compared inline on every evaluation
+    tol_lo: float
+    tol_hi: float
     metrics: tuple[Metric, ...]
     up_window: str
     down_window: str
@@ -117,6 +120,8 @@ def compile_policy(policy: ScalingPolicySpec) -> Compiled:
     compiled = Compiled(
         behavior=behavior,
         tol=behavior.tolerances,
+        tol_lo=1.0 - behavior.tolerances.down,
+        tol_hi=1.0 + behavior.tolerances.up,
         zero=zero,
         lo=lo,
         hi=hi,

@@ -127,7 +127,9 @@ def _observe(ev: _Evaluation, observations: dict[str, MetricObservation]) -> Non
             continue
         assert obs is not None
         # A per-pod series scales on its per-instant total over the ready pods of now.
-        value = _per_pod(m.kind, value, obs.stable_total, ev.ready)
+        total = obs.stable_total
+        if total is not None:
+            value = _per_pod(m.kind, value, total, ev.ready)
         if zero is not None and not ev.active:
             ev.active = above_activation(zero, value) or above_activation(zero, obs.panic)
         _metric_step(ev, m, obs, value)
@@ -136,56 +138,65 @@ def _observe(ev: _Evaluation, observations: dict[str, MetricObservation]) -> Non
 
 def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: float) -> None:
     """One fresh metric's desired count, the readiness and tolerance rules, its panic count."""
-    current, ready, tol = ev.current, ev.ready, ev.c.tol
-    desired = _metric_desired(m.kind, current, ready, value, m.target, tol)
-    if desired is None:
-        ev.invalid += 1
-        detail = f"no ready replica reports {m.kind} ({ready} of {current} ready)"
-        ev.reasons.append(Reason(rule="readiness", metric=m.name, detail=detail))
-        ev.inputs.append(
-            MetricInput(
-                metric=m.name, value=value, target=m.target, target_type=m.kind,
-                newest_sample=obs.newest_sample,
-            )
-        )  # fmt: skip
-        return
-    ratio = _ratio(m.kind, value, m.target, current)
+    current, ready, c, kind, target = ev.current, ev.ready, ev.c, m.kind, m.target
+    if kind == "AverageValue" and current and target * current > 0:
+        # replicas.per_pod_replicas and ratio for HPA's External AverageValue, inlined (the
+        # usual target; four calls were a visible share of an evaluation): the same floats.
+        ratio = value / (target * current)
+        desired = current if c.tol_lo <= ratio <= c.tol_hi else math.ceil(value / target)
+    else:
+        d = _metric_desired(kind, current, ready, value, target, c.tol)
+        if d is None:
+            _unready(ev, m, obs, value)
+            return
+        desired = d
+        ratio = _ratio(kind, value, target, current)
     desired, rule, detail = _tolerance(ev, m, value, ratio, desired)
     ev.inputs.append(
         MetricInput(
-            metric=m.name, value=value, target=m.target, target_type=m.kind,
+            metric=m.name, value=value, target=target, target_type=kind,
             newest_sample=obs.newest_sample, desired=desired,
         )
     )  # fmt: skip
     if rule != "tolerance":
         ev.all_within = False
-    if ev.c.reduce is not None:
-        raw = (
-            raw_replicas(m.kind, current, ready, value, m.target)
-            if rule == "tolerance"
-            else desired
-        )
+    if c.reduce is not None:
+        raw = raw_replicas(kind, current, ready, value, target) if rule == "tolerance" else desired
         if raw > ev.untolerated:
             ev.untolerated = raw
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
-    if ev.c.forecast is not None:
-        load = value / m.target if m.kind == "AverageValue" else ratio * current
+    if c.forecast is not None:
+        load = value / target if kind == "AverageValue" else ratio * current
         if math.isfinite(load):
             ev.loads = [(m.name, load)] if ev.loads is None else [*ev.loads, (m.name, load)]
     if desired > ev.best:
         ev.best, ev.best_rule = desired, rule
     if ev.policy.panic is not None and obs.panic is not None:
-        panic = _per_pod(m.kind, obs.panic, obs.panic_total, ready)
-        pd = raw_replicas(m.kind, current, ready, panic, m.target)
+        total = obs.panic_total
+        panic = obs.panic if total is None else _per_pod(kind, obs.panic, total, ready)
+        pd = raw_replicas(kind, current, ready, panic, target)
         if ev.panic_desired is None or pd > ev.panic_desired:
             ev.panic_desired, ev.panic_metric = pd, m.name
+
+
+def _unready(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: float) -> None:
+    """A metric no ready replica reports (HPA's error): invalid for this evaluation."""
+    ev.invalid += 1
+    detail = f"no ready replica reports {m.kind} ({ev.ready} of {ev.current} ready)"
+    ev.reasons.append(Reason(rule="readiness", metric=m.name, detail=detail))
+    ev.inputs.append(
+        MetricInput(
+            metric=m.name, value=value, target=m.target, target_type=m.kind,
+            newest_sample=obs.newest_sample,
+        )
+    )  # fmt: skip
 
 
 def _tolerance(
     ev: _Evaluation, m: _Metric, value: float, ratio: float, desired: int
 ) -> tuple[int, Rule, str]:
     """A metric's count after HPA's readiness rules and the tolerance band, and why."""
-    current, ready, tol = ev.current, ev.ready, ev.c.tol
+    current, ready = ev.current, ev.ready
     if current and ((ratio > 1.0 and desired < current) or (ratio < 1.0 and desired > current)):
         # The ready pods scale the ratio; when too few are ready the count can move against
         # the load's direction (HPA's External Value does): hold instead, as HPA does for
@@ -203,7 +214,7 @@ def _tolerance(
             f" no scale-up: holds {current}"
         )
         return desired, "readiness", detail
-    if current and desired == current and tol.within(ratio):
+    if current and desired == current and ev.c.tol_lo <= ratio <= ev.c.tol_hi:
         detail = f"ratio {ratio:.4g} within tolerance {ev.c.band}: holds {current}"
         return desired, "tolerance", detail
     return desired, "metric", f"{m.kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
