@@ -66,6 +66,7 @@ class ForecastConsts(NamedTuple):
     level_half_life: float
     peak: float  # peakPercent as a fraction
     growth: float  # 2 ** (step / half_life): a growth sample's weight, one step later
+    unit: float  # a replica unit in the metric's own (its target), for the reasons
     floor_text: str  # the forecast reason's text before the bound: "forecast: p90 of load …"
     floor_note: str  # and after it (peakPercent, when not 100)
 

@@ -181,7 +181,9 @@ def observe(
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
     # growth_bin, inlined: this runs once per decision step of every workload.
     ratio = (ahead + HALF) / (base + HALF)
-    b = 0 if ratio <= 1.0 else min(_TOP, 1 + int(_log(ratio) / _LOG_MAX * _TOP))
+    b = 0 if ratio <= 1.0 else 1 + int(_log(ratio) / _LOG_MAX * _TOP)
+    if b > _TOP:
+        b = _TOP
     counts = list(state.counts) if state.counts else [0.0] * BINS
     weight = state.weight
     counts[b] += weight

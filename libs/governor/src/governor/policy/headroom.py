@@ -83,6 +83,7 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
         # a memory, not a forecast: it is held at the target).
         peak=f.peak_percent / 100.0,
         growth=2.0 ** (step / f.half_life_seconds),
+        unit=c.metrics[0].target if len(c.metrics) == 1 else 1.0,
         level_half_life=start * BURST_MEMORY_STARTUPS,
         floor_text=f"forecast: {_over_next(f.quantile, horizon)} = ",
         floor_note=note if f.peak_percent != 100.0 else "",
@@ -115,8 +116,7 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
             return None
     k = ev.consts
     assert k is not None  # the forecast step ran: a floor is set
-    unit = ev.c.metrics[0].target if len(ev.c.metrics) == 1 else 1.0
-    detail = f"{k.floor_text}{ev.floor_load * unit:.4g} → {ev.floor}{k.floor_note}"
+    detail = f"{k.floor_text}{ev.floor_load * k.unit:.4g} → {ev.floor}{k.floor_note}"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
 

@@ -317,7 +317,7 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicState
     assert spec is not None
     pd = ev.panic_desired
     if state.panic_since is None and (
-        pd is None or not pd / max(1, ev.ready) >= spec.threshold_percent / 100.0
+        pd is None or not pd / (ev.ready if ev.ready > 1 else 1) >= spec.threshold_percent / 100.0
     ):
         # Not panicking and not over the threshold (panic.is_over), the usual case: panic_step
         # would change nothing and say nothing; its outcome is not built.
@@ -484,7 +484,11 @@ def evaluate(
     # HPA's recordInitialRecommendation: the first sync of a target records its current
     # replicas, whatever that sync then decides (bounds, invalid metrics, disabled), so a later
     # stabilization window sees it exactly as long as HPA's does.
-    history = _history_of(state)
+    history = (
+        (state.rec_at, state.rec_replicas)
+        if state.rec_at or not state.recommendations
+        else _history_of(state)  # a checkpoint of the older layout
+    )
     if not history[0] and ev.c.behavior.horizon > 0:
         history = ((now,), (current,))
     panic = (state.panic_since, state.panic_max, state.panic_over_at)
@@ -513,8 +517,8 @@ def evaluate(
         desired if actionable else current, failing_since, panic[2], forecasts, ev.merge_since,
         history[0], history[1],
     )  # fmt: skip
+    # (positional: ScaleResult's field order; keywords cost a visible share of a call)
     result = ScaleResult(
-        desired=desired, current=current, bound_by=bound, reasons=tuple(ev.reasons),
-        inputs=tuple(ev.inputs), newest_input=ev.newest, actionable=actionable,
-    )  # fmt: skip
+        desired, current, bound, tuple(ev.reasons), tuple(ev.inputs), ev.newest, actionable
+    )
     return result, next_state
