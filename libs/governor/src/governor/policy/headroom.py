@@ -30,7 +30,7 @@ def forecast(
     out = {} if known is None or (len(known) == 1 and loads[0][0] in known) else dict(known)
     known = known or {}
     steps, up_q, down_q, half_life, level_half_life, peak, growth = k[1:8]
-    half, now = fc.HALF, ev.now
+    half, now, ceil = fc.HALF, ev.now, math.ceil
     for name, load in loads:
         fs = fc.observe(
             known.get(name, _FRESH), load, now, step, steps, up_q, down_q, half_life,
@@ -42,17 +42,17 @@ def forecast(
         bound = (load + half) * fs.up - half
         if not bound > load:
             bound = load
-        floor = math.ceil(bound / peak - 1e-9)
+        floor = ceil(bound / peak - 1e-9)
         if floor < 0:
             floor = 0
         if floor > ev.floor:
             ev.floor, ev.floor_load = floor, bound
         gated = (load + half) * fs.down - half
-        gate = math.ceil((gated if gated > load else load) / peak - 1e-9)
+        gate = ceil((gated if gated > load else load) / peak - 1e-9)
         if gate < 0:
             gate = 0
         level = fs.level
-        if load < fc.IDLE and load < fc.BURST_COLLAPSE * level:
+        if load < _IDLE and load < _COLLAPSE * level:
             held = fc.replicas_for(level)
             if held > gate and held > ev.gate:
                 # The load collapsed from a recent burst: hold the (decaying) burst level, so
@@ -95,6 +95,7 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
 
 
 _FRESH = fc.ForecastState()
+_IDLE, _COLLAPSE = fc.IDLE, fc.BURST_COLLAPSE
 # The burst level's half-life in start-ups: a burst is remembered over several start-ups, so
 # the next one within them finds the replicas still there (azure_llm_code_10s:
 # docs/simulation.md; 4 start-ups: twice HPA's violations there).
