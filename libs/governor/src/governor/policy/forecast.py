@@ -16,7 +16,8 @@ more margin, a regular one less, and a constant one none (its growth is exactly 
 
 Cost: O(1) per evaluation (the quantiles are read from the state), and once per decision step
 the histogram's update, O(H/step) for the horizon's loads and each quantile searched from the
-last step's bin (`quantile_near`: two sums in C, then the bins it moved; no cumulative list);
+last step's bin (`quantile_near`: two sums in C, then the bins it moved; no cumulative list;
+none at all from the top bin, where a spiky load's upper quantiles stay);
 the state is a few hundred bytes (BINS floats, at most MAX_STEPS + 1 loads).
 """
 

@@ -142,6 +142,8 @@ def event_reduction(ev: Evaluation, desired: int) -> int | None:
     """A scale-down waits until the forecast's upper bound over the horizon is below the new
     count, and removes at least minStepPercent of the replicas (smaller moves merge for at most
     mergeSeconds)."""
+    if desired >= ev.current:
+        return None  # not a scale-down (most evaluations): _reduce's first test, without a call
     r = ev.c.reduce
     assert r is not None
     return _reduce(ev, desired, r.merge_seconds)

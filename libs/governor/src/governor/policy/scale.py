@@ -38,6 +38,7 @@ is not read here.
 from __future__ import annotations
 
 import math
+from math import ceil
 
 from governor.events import MetricInput, Reason, Rule
 from governor.pod_totals import per_pod_value as _per_pod
@@ -160,13 +161,19 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     )  # fmt: skip
     if rule != "tolerance":
         ev.all_within = False
+    per_pod = kind == "AverageValue"  # raw_replicas is ceil(value / target) for it: inline
     if c.reduce is not None:
-        raw = raw_replicas(kind, current, ready, value, target) if rule == "tolerance" else desired
+        if rule != "tolerance":
+            raw = desired
+        elif per_pod:
+            raw = ceil(value / target)
+        else:
+            raw = raw_replicas(kind, current, ready, value, target)
         if raw > ev.untolerated:
             ev.untolerated = raw
     ev.reasons.append(Reason(rule=rule, metric=m.name, value=ratio, detail=detail))
     if c.forecast is not None:
-        load = value / target if kind == "AverageValue" else ratio * current
+        load = value / target if per_pod else ratio * current
         if math.isfinite(load):
             ev.loads = [(m.name, load)] if ev.loads is None else [*ev.loads, (m.name, load)]
     if desired > ev.best:
@@ -174,7 +181,7 @@ def _metric_step(ev: _Evaluation, m: _Metric, obs: MetricObservation, value: flo
     if ev.policy.panic is not None and obs.panic is not None:
         total = obs.panic_total
         panic = obs.panic if total is None else _per_pod(kind, obs.panic, total, ready)
-        pd = raw_replicas(kind, current, ready, panic, target)
+        pd = ceil(panic / target) if per_pod else raw_replicas(kind, current, ready, panic, target)
         if ev.panic_desired is None or pd > ev.panic_desired:
             ev.panic_desired, ev.panic_metric = pd, m.name
 
