@@ -610,7 +610,6 @@ def state_sizes() -> dict[str, int]:
     300 s run at 1 sample/s and 15 s steps (computed with the same code, not the services)."""
     from governor.cores.aggregator import MetricWindows
     from governor.cores.decider import DeciderCore
-    from governor.panes import fresh, ingest_into
     from governor.windows import SeriesWindows, hopping, ingest, to_load_window
 
     core = DeciderCore()
@@ -634,14 +633,7 @@ def state_sizes() -> dict[str, int]:
         out = core.decide(wl, float(t))
         if out.checkpoint is not None:
             cp_bytes = len(codec_for(events.DECIDER_STATE).encode(out.checkpoint))
-    # The aggregator keeps its windows as panes (governor.panes): its table value is those.
-    stable_panes, panic_panes = fresh(stable.spec), fresh(panic.spec)
-    for t in range(300):
-        v = 40 + 35 * math.sin(t / 30)
-        ingest_into(stable_panes, [(float(t), v)])
-        ingest_into(panic_panes, [(float(t), v)])
-    value = {"rps": MetricWindows(299, stable_panes, panic_panes)}
-    agg_bytes = len(msgspec.msgpack.encode(value))
+    agg_bytes = len(msgspec.msgpack.encode({"rps": MetricWindows(299, stable, panic)}))
     return {
         "decider_checkpoint_bytes": cp_bytes,
         "aggregator_table_bytes": agg_bytes,

@@ -47,7 +47,7 @@ import math
 import operator
 from bisect import insort
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 import msgspec
 
@@ -100,28 +100,6 @@ class WindowAcc(msgspec.Struct, array_like=True, omit_defaults=True):
     @property
     def p95(self) -> float:
         return nearest_rank(self.values, 0.95)
-
-
-class WindowStats(Protocol):
-    """What a load message takes from a window: a `WindowAcc`, or a window built from panes
-    (`governor.panes.PaneWindow`)."""
-
-    @property
-    def start(self) -> float: ...
-    @property
-    def end(self) -> float: ...
-    @property
-    def count(self) -> int: ...
-    @property
-    def sum(self) -> float: ...
-    @property
-    def max(self) -> float: ...
-    @property
-    def newest(self) -> float: ...
-    @property
-    def mean(self) -> float: ...
-    @property
-    def p95(self) -> float: ...
 
 
 class SeriesWindows(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -497,7 +475,7 @@ def estimate(series: SeriesWindows, now: float) -> WindowAcc | None:
 
 
 def to_load_window(
-    acc: WindowStats, workload: str, metric: str, window: WindowKind, *, closed: bool
+    acc: WindowAcc, workload: str, metric: str, window: WindowKind, *, closed: bool
 ) -> LoadWindow:
     return LoadWindow(
         workload=workload,
@@ -514,7 +492,7 @@ def to_load_window(
     )
 
 
-def to_window_view(acc: WindowStats, window: WindowKind, *, closed: bool) -> WindowView:
+def to_window_view(acc: WindowAcc, window: WindowKind, *, closed: bool) -> WindowView:
     """`to_load_window` without the series' names: one of a load message's `more`."""
     counted = acc.count > 0
     return WindowView(

@@ -39,8 +39,16 @@ from governor.events import WindowKind
 from governor.metric_records import Partitions
 from governor.pod_totals import PodTotals, add_samples, pod_sample, with_totals
 from governor.window_sizes import WindowSettings, window_sizes
-from governor.panes import PaneSeries, estimate, fresh, ingest_into
-from governor.windows import WindowSpec, WindowStats, hopping, to_load_window, to_window_view
+from governor.windows import (
+    SeriesWindows,
+    WindowAcc,
+    WindowSpec,
+    estimate,
+    hopping,
+    ingest_into,
+    to_load_window,
+    to_window_view,
+)
 
 __all__ = [
     "AggregatorCore",
@@ -63,8 +71,8 @@ class MetricWindows(msgspec.Struct, array_like=True):
     this value from the changelog and skips every record at or below it."""
 
     offset: int
-    stable: PaneSeries
-    panic: PaneSeries
+    stable: SeriesWindows
+    panic: SeriesWindows
     totals: PodTotals | None = None  # a per-pod series' instants (governor.pod_totals)
 
 
@@ -98,11 +106,13 @@ _STATE_ENC = msgspec.msgpack.Encoder()
 _STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
 
 
-def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowStats]]:
+def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
     """The open windows' running values of one series (those that have samples)."""
-    out: list[tuple[WindowKind, WindowStats]] = []
+    out: list[tuple[WindowKind, WindowAcc]] = []
     for kind, series in (("stable", state.stable), ("panic", state.panic)):
-        acc = estimate(series)
+        if series.newest is None:  # no sample yet: no window has a count
+            continue
+        acc = estimate(series, series.newest)
         if acc is not None:
             out.append((kind, acc))  # type: ignore[arg-type]
     return out
@@ -111,8 +121,8 @@ def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowStats]]:
 def load_message(
     workload: str,
     metric: str,
-    closed: Iterable[tuple[WindowKind, WindowStats]],
-    open_: Iterable[tuple[WindowKind, WindowStats]],
+    closed: Iterable[tuple[WindowKind, WindowAcc]],
+    open_: Iterable[tuple[WindowKind, WindowAcc]],
     totals: PodTotals | None = None,
 ) -> events.LoadWindow | None:
     """One message for a series: the windows that closed, then the open windows' estimates."""
@@ -130,7 +140,7 @@ def load_message(
     return first
 
 
-def signature(opened: list[tuple[WindowKind, WindowStats]]) -> tuple[tuple[float, int], ...]:
+def signature(opened: list[tuple[WindowKind, WindowAcc]]) -> tuple[tuple[float, int], ...]:
     """What an estimate is compared by: an unchanged one is not sent again."""
     return tuple((a.start, a.count) for _, a in opened)
 
@@ -231,9 +241,9 @@ class AggregatorCore:
                 continue
             changed = True
             if series.stable.spec != stable:
-                series.stable = fresh(stable)
+                series.stable = SeriesWindows(spec=stable)
             if series.panic.spec != panic:
-                series.panic = fresh(panic)
+                series.panic = SeriesWindows(spec=panic)
             if series.totals is not None:
                 series.totals = msgspec.structs.replace(series.totals, horizon=no_totals.horizon)
             self.published.pop((workload, metric), None)
@@ -331,14 +341,14 @@ class AggregatorCore:
 
     def new_series(self, specs: Specs | None = None) -> MetricWindows:
         stable, panic, _ = specs or self.default
-        return MetricWindows(-1, fresh(stable), fresh(panic))
+        return MetricWindows(-1, SeriesWindows(spec=stable), SeriesWindows(spec=panic))
 
     def fold(
         self,
         series: MetricWindows,
         fresh: list[tuple[int, events.MetricSample]],
         no_totals: PodTotals,
-    ) -> tuple[list[tuple[WindowKind, WindowStats]], MetricWindows]:
+    ) -> tuple[list[tuple[WindowKind, WindowAcc]], MetricWindows]:
         """The windows that closed, and the series with the fresh samples in."""
         # In place (`ingest_into`): the state held is decoded from the table and nobody else
         # holds it; a copy of every window's values per sample was most of the fold's cost.
@@ -351,7 +361,7 @@ class AggregatorCore:
         series.offset = fresh[-1][0]
         self.count("late", late)
         self.count("ok", len(pairs) - late)
-        closed: list[tuple[WindowKind, WindowStats]] = [("stable", a) for a in closed_stable]
+        closed: list[tuple[WindowKind, WindowAcc]] = [("stable", a) for a in closed_stable]
         closed += [("panic", a) for a in closed_panic]
         return closed, series
 
@@ -360,7 +370,7 @@ class AggregatorCore:
         workload: str,
         metric: str,
         series: MetricWindows,
-        closed: list[tuple[WindowKind, WindowStats]],
+        closed: list[tuple[WindowKind, WindowAcc]],
         now: float,
     ) -> list[events.LoadWindow]:
         """A window closed: out now, with the estimates. Else the estimates, unless this series
@@ -376,7 +386,7 @@ class AggregatorCore:
         self,
         key: SeriesKey,
         series: MetricWindows,
-        closed: list[tuple[WindowKind, WindowStats]],
+        closed: list[tuple[WindowKind, WindowAcc]],
         now: float,
     ) -> list[events.LoadWindow]:
         opened = estimates(series)
