@@ -25,9 +25,7 @@ from governor.cores.aggregator import AggregatorCore, WindowSettings, WorkloadSa
 T0 = 1_764_000_000.0
 
 
-def batches(
-    names: list[str], t: int, offsets: list[int], per_batch: int
-) -> list[WorkloadSamples]:
+def batches(names: list[str], t: int, offsets: list[int], per_batch: int) -> list[WorkloadSamples]:
     """One batch of every workload: its samples of `per_batch` seconds of event time from
     t * per_batch (one a second, each with its own source offset)."""
     out = []
