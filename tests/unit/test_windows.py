@@ -335,3 +335,31 @@ def test_ingest_into_equals_ingest_many(
     assert owned == series
     assert (d1, m1, d2, m2) == (c1, l1, c2, l2)
     assert not {id(a) for a in d1 + d2} & {id(a) for a in owned.open}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size_hop=_sizes,
+    lateness=st.sampled_from([0.0, 2.0, 30.0]),
+    max_samples=st.sampled_from([2, 5, 3600]),
+    before=_samples,
+    after=_samples,
+)
+def test_ingest_into_one_sample_at_a_time_equals_ingest_many(
+    size_hop: tuple[float, float],
+    lateness: float,
+    max_samples: int,
+    before: list[tuple[float, float]],
+    after: list[tuple[float, float]],
+) -> None:
+    """The aggregator's fold at a sample a second (one sample per call, its own path): the same
+    series and windows as `ingest_many` of each sample, from any state."""
+    spec = w.WindowSpec(
+        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
+    )
+    series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), before)
+    owned = msgspec.msgpack.decode(msgspec.msgpack.encode(series), type=w.SeriesWindows)
+    for sample in after:
+        series, closed, late = w.ingest_many(series, iter([sample]))
+        assert w.ingest_into(owned, [sample]) == (closed, late)
+        assert owned == series

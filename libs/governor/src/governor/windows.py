@@ -264,48 +264,55 @@ def ingest_into(
     The closed windows are handed over (no longer in `series`)."""
     if not isinstance(samples, (list, tuple)) or len(samples) != 1:
         return _ingest_routed_into(series, samples)
+    ((ts, value),) = samples
     spec = series.spec
     size, hop, cap = spec.size, spec.hop, spec.max_samples
     open_ = series.open
-    by_start = {acc.start: acc for acc in open_}
-    known = len(by_start)
-    watermark, newest, late = series.watermark, series.newest, 0
-    for ts, value in samples:
-        was_late = 0
-        k = math.floor(ts / hop)
-        start = k * hop
-        while start + size > ts:
-            if watermark is not None and start + size <= watermark:
-                was_late = 1
-            else:
-                acc = by_start.get(start)
-                if acc is None:
-                    acc = by_start[start] = WindowAcc(start=start, end=start + size)
+    opened: list[WindowAcc] = []
+    watermark, newest = series.watermark, series.newest
+    refused = -math.inf if watermark is None else watermark  # a window ending at or before it
+    late = 0
+    k = math.floor(ts / hop)
+    start = k * hop
+    end = start + size
+    # The windows of ts come newest first and `open_` is oldest first: one walk back through
+    # it finds them (a dict of the open windows per call was a tenth of the fold).
+    j = len(open_) - 1
+    while end > ts:
+        if end <= refused:
+            late = 1
+        else:
+            while j >= 0 and open_[j].start > start:
+                j -= 1
+            if j >= 0 and open_[j].start == start:
+                acc = open_[j]
                 # `_add_in_place`, inline: a call per window and sample was a fifth of the fold.
-                if acc.count == 0:
-                    acc.max, acc.newest = value, ts
-                else:
+                if acc.count:
                     if value > acc.max:
                         acc.max = value
                     if ts > acc.newest:
                         acc.newest = ts
-                acc.count += 1
+                else:
+                    acc.max, acc.newest = value, ts
+                count = acc.count = acc.count + 1
                 acc.sum += value
-                if acc.stride == 1 or not (acc.count - 1) % acc.stride:
+                if acc.stride == 1 or not (count - 1) % acc.stride:
                     insort(acc.values, value)
                     if len(acc.values) > cap:
                         acc.values = acc.values[1::2]
                         acc.stride *= 2
-            k -= 1
-            start = k * hop
-        late += was_late
-        if newest is None or ts > newest:
-            newest = ts
-        candidate = newest - spec.allowed_lateness
-        if watermark is None or candidate > watermark:
-            watermark = candidate
-    if len(by_start) != known:  # windows that opened with these samples
-        open_ = sorted(by_start.values(), key=_START)
+            else:  # cap >= 2: one value is never thinned
+                opened.append(WindowAcc(start, end, 1, 0.0 + value, value, ts, [value]))
+        k -= 1
+        start = k * hop
+        end = start + size
+    if newest is None or ts > newest:
+        newest = ts
+    candidate = newest - spec.allowed_lateness
+    if watermark is None or candidate > watermark:
+        watermark = candidate
+    if opened:  # windows that opened with this sample
+        open_ = sorted(open_ + opened, key=_START)
     closed: list[WindowAcc] = []
     if watermark is not None and open_ and open_[0].end <= watermark:
         closed = [a for a in open_ if a.end <= watermark]
