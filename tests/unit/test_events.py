@@ -9,6 +9,7 @@ import pytest
 from governor import events
 from governor.spec import policies_from_yaml
 from tests.support.cli import governor
+from tests.support.explain import recommendation
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 
@@ -18,6 +19,18 @@ def examples() -> dict[str, msgspec.Struct]:
     reason = events.Reason(rule="metric", detail="rps 140 / 70 per pod", metric="rps", value=140.0)
     inp = events.MetricInput(metric="rps", value=140.0, target=70.0, target_type="AverageValue")
     wl = "shop/Deployment/web"
+    decision = events.ScaleDecision(
+        decision_id="d1",
+        workload=wl,
+        seq=7,
+        from_replicas=2,
+        to_replicas=2,
+        reasons=[reason],
+        inputs=[inp],
+        policy_generation=1,
+        newest_input=59.5,
+        decided_at=60.0,
+    )
     return {
         events.METRICS.name: events.MetricSample(
             workload=wl, metric="rps", value=3.0, timestamp=1.0
@@ -44,48 +57,16 @@ def examples() -> dict[str, msgspec.Struct]:
             allocatable={"cpu": 32.0},
             devices=[events.Device(type="gpu", minor=0, pcie="0")],
         ),
-        events.RECOMMENDATIONS.name: events.Recommendation(
-            workload=wl,
-            pool="default",
-            desired=2,
-            current=2,
-            ready=2,
-            min_replicas=2,
-            max_replicas=40,
-            floor=2,
-            priority=100,
-            weight=1.0,
-            requests={},
-            elastic=False,
-            reasons=[reason],
-            inputs=[inp],
-            newest_input=59.5,
-            policy_generation=1,
-            computed_at=60,
+        events.RECOMMENDATIONS.name: msgspec.structs.replace(
+            recommendation(60.0, 2, wl), reasons=[reason], inputs=[inp]
         ),
-        events.DECISIONS.name: events.ScaleDecision(
-            decision_id="d1",
-            workload=wl,
-            seq=7,
-            from_replicas=2,
-            to_replicas=2,
-            reasons=[reason],
-            inputs=[inp],
-            policy_generation=1,
-            newest_input=59.5,
-            decided_at=60.0,
-        ),
-        events.SHADOW_DECISIONS.name: events.ScaleDecision(
+        events.DECISIONS.name: decision,
+        # A shadow policy's decision: its own id and sequence, and the policy that made it.
+        events.SHADOW_DECISIONS.name: msgspec.structs.replace(
+            decision,
             decision_id=f"{wl}#shop/web-shadow#3",
-            workload=wl,
             seq=3,
-            from_replicas=2,
             to_replicas=4,
-            reasons=[reason],
-            inputs=[inp],
-            policy_generation=1,
-            newest_input=59.5,
-            decided_at=60.0,
             policy="shop/web-shadow",
         ),
         events.ACTUATIONS.name: events.Actuation(

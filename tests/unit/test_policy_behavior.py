@@ -99,6 +99,11 @@ def generate_scaling_rules(
     return out
 
 
+def one_policy(kind: str, value: int, period: int, **rest: Any) -> dict[str, Any]:
+    """Rules with the one policy `kind`/`value`/`period` and the other fields in `rest`."""
+    return {"policies": [{"type": kind, "value": value, "periodSeconds": period}], **rest}
+
+
 def generate_events_uniform_distribution(raw: list[int], period: int) -> list[tuple[float, int]]:
     """Events spread over the last `period` seconds, each in the middle of its segment."""
     segment = period / len(raw)
@@ -110,37 +115,74 @@ def generate_events_uniform_distribution(raw: list[int], period: int) -> list[tu
 # --- pkg/apis/autoscaling/v2 defaults_test.go --------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("annotation", "rules", "policies", "window", "select"),
-    [
-        ("Default values", None, [("Percent", 100, 15)], 300.0, "Max"),
-        (
-            "All parameters are specified",
-            generate_scaling_rules(1, 2, 3, 4, 25),
-            [("Pods", 1, 2), ("Percent", 3, 4)],
-            25.0,
-            "Max",
-        ),
-        (
-            "Percent policy is specified",
-            {
-                "policies": [{"type": "Percent", "value": 1, "periodSeconds": 2}],
-                "selectPolicy": "Min",
-            },
-            [("Percent", 1, 2)],
-            300.0,
-            "Min",
-        ),
-        (
-            "Pods policy is specified",
-            {"policies": [{"type": "Pods", "value": 3, "periodSeconds": 4}]},
-            [("Pods", 3, 4)],
-            300.0,
-            "Max",
-        ),
-    ],
+# (annotation, rules, policies, window, select) per direction, as upstream's two tables.
+RulesCase = tuple[str, dict[str, Any] | None, list[tuple[str, int, int]], float, str]
+# The same in both directions.
+ALL_SPECIFIED: RulesCase = (
+    "All parameters are specified",
+    generate_scaling_rules(1, 2, 3, 4, 25),
+    [("Pods", 1, 2), ("Percent", 3, 4)],
+    25.0,
+    "Max",
 )
-def test_TestGenerateScaleDownRules(
+SCALE_DOWN_RULES: list[RulesCase] = [
+    ("Default values", None, [("Percent", 100, 15)], 300.0, "Max"),
+    ALL_SPECIFIED,
+    (
+        "Percent policy is specified",
+        one_policy("Percent", 1, 2, selectPolicy="Min"),
+        [("Percent", 1, 2)],
+        300.0,
+        "Min",
+    ),
+    (
+        "Pods policy is specified",
+        one_policy("Pods", 3, 4),
+        [("Pods", 3, 4)],
+        300.0,
+        "Max",
+    ),
+]
+SCALE_UP_RULES: list[RulesCase] = [
+    ("Default values", None, [("Pods", 4, 15), ("Percent", 100, 15)], 0.0, "Max"),
+    ALL_SPECIFIED,
+    (
+        "Pod policy is specified",
+        one_policy("Pods", 1, 2, selectPolicy="Min"),
+        [("Pods", 1, 2)],
+        0.0,
+        "Min",
+    ),
+    (
+        "Percent policy is specified",
+        one_policy("Percent", 7, 10),
+        [("Percent", 7, 10)],
+        0.0,
+        "Max",
+    ),
+    (
+        "Pod policy and stabilization window are specified",
+        one_policy("Pods", 4, 2, stabilizationWindowSeconds=25),
+        [("Pods", 4, 2)],
+        25.0,
+        "Max",
+    ),
+    (
+        "Percent policy and stabilization window are specified",
+        one_policy("Percent", 7, 60, stabilizationWindowSeconds=25),
+        [("Percent", 7, 60)],
+        25.0,
+        "Max",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("direction", "annotation", "rules", "policies", "window", "select"),
+    [("down", *case) for case in SCALE_DOWN_RULES] + [("up", *case) for case in SCALE_UP_RULES],
+)
+def test_TestGenerateScaleDownRules_and_TestGenerateScaleUpRules(
+    direction: str,
     annotation: str,
     rules: dict[str, Any] | None,
     policies: list[tuple[str, int, int]],
@@ -148,70 +190,11 @@ def test_TestGenerateScaleDownRules(
     select: str,
 ) -> None:
     # Upstream leaves the down window nil and the controller fills its 300 s flag default.
-    down = resolve(behavior(down=rules) if rules else None).down
-    assert [(p.type, p.value, p.period_seconds) for p in down.policies] == policies
-    assert down.window == window
-    assert down.select == select
-
-
-@pytest.mark.parametrize(
-    ("annotation", "rules", "policies", "window", "select"),
-    [
-        ("Default values", None, [("Pods", 4, 15), ("Percent", 100, 15)], 0.0, "Max"),
-        (
-            "All parameters are specified",
-            generate_scaling_rules(1, 2, 3, 4, 25),
-            [("Pods", 1, 2), ("Percent", 3, 4)],
-            25.0,
-            "Max",
-        ),
-        (
-            "Pod policy is specified",
-            {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 2}], "selectPolicy": "Min"},
-            [("Pods", 1, 2)],
-            0.0,
-            "Min",
-        ),
-        (
-            "Percent policy is specified",
-            {"policies": [{"type": "Percent", "value": 7, "periodSeconds": 10}]},
-            [("Percent", 7, 10)],
-            0.0,
-            "Max",
-        ),
-        (
-            "Pod policy and stabilization window are specified",
-            {
-                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 2}],
-                "stabilizationWindowSeconds": 25,
-            },
-            [("Pods", 4, 2)],
-            25.0,
-            "Max",
-        ),
-        (
-            "Percent policy and stabilization window are specified",
-            {
-                "policies": [{"type": "Percent", "value": 7, "periodSeconds": 60}],
-                "stabilizationWindowSeconds": 25,
-            },
-            [("Percent", 7, 60)],
-            25.0,
-            "Max",
-        ),
-    ],
-)
-def test_TestGenerateScaleUpRules(
-    annotation: str,
-    rules: dict[str, Any] | None,
-    policies: list[tuple[str, int, int]],
-    window: float,
-    select: str,
-) -> None:
-    up = resolve(behavior(up=rules) if rules else None).up
-    assert [(p.type, p.value, p.period_seconds) for p in up.policies] == policies
-    assert up.window == window
-    assert up.select == select
+    resolved = resolve(behavior(**{direction: rules}) if rules else None)
+    got = resolved.up if direction == "up" else resolved.down
+    assert [(p.type, p.value, p.period_seconds) for p in got.policies] == policies
+    assert got.window == window
+    assert got.select == select
 
 
 def test_resolve_keeps_the_tolerances_per_direction() -> None:

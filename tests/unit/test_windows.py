@@ -164,6 +164,16 @@ _samples = st.lists(
     ),
     max_size=80,
 )
+_lateness = st.sampled_from([0.0, 2.0, 30.0])
+# Any size/hop, lateness and sample cap: out-of-order, late and thinned series included.
+_specs = st.builds(
+    lambda size_hop, lateness, max_samples: w.WindowSpec(
+        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
+    ),
+    _sizes,
+    _lateness,
+    st.sampled_from([2, 5, 3600]),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -250,27 +260,17 @@ def test_ingest_many_equals_one_by_one(
 
 @settings(max_examples=200, deadline=None)
 @given(
-    size_hop=_sizes,
-    lateness=st.sampled_from([0.0, 2.0, 30.0]),
-    max_samples=st.sampled_from([2, 5, 3600]),
+    spec=_specs,
     before=_samples,
     ts=st.integers(min_value=0, max_value=300).map(float),
     value=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False),
 )
 def test_one_sample_fast_path_equals_the_batch_path(
-    size_hop: tuple[float, float],
-    lateness: float,
-    max_samples: int,
-    before: list[tuple[float, float]],
-    ts: float,
-    value: float,
+    spec: w.WindowSpec, before: list[tuple[float, float]], ts: float, value: float
 ) -> None:
     """`ingest` (and `ingest_many` of a one-sample list) skip the batch path's routing: the same
     series, closed windows and late count as the batch path (an iterator takes it) from any
     state, out-of-order, late and thinned (max_samples) ones included."""
-    spec = w.WindowSpec(
-        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
-    )
     series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), iter(before))
     expected = w.ingest_many(series, iter([(ts, value)]))
     assert w.ingest(series, value, ts) == expected
@@ -280,7 +280,7 @@ def test_one_sample_fast_path_equals_the_batch_path(
 @settings(max_examples=200, deadline=None)
 @given(
     size_hop=_sizes,
-    lateness=st.sampled_from([0.0, 2.0, 30.0]),
+    lateness=_lateness,
     before=st.lists(st.integers(min_value=0, max_value=150).map(float), max_size=20),
     first=st.integers(min_value=0, max_value=200),
     n=st.integers(min_value=0, max_value=90),
@@ -304,18 +304,9 @@ def test_ingest_run_equals_ingest_many(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    size_hop=_sizes,
-    lateness=st.sampled_from([0.0, 2.0, 30.0]),
-    max_samples=st.sampled_from([2, 5, 3600]),
-    before=_samples,
-    after=_samples,
-    cut=st.integers(min_value=0, max_value=80),
-)
+@given(spec=_specs, before=_samples, after=_samples, cut=st.integers(min_value=0, max_value=80))
 def test_ingest_into_equals_ingest_many(
-    size_hop: tuple[float, float],
-    lateness: float,
-    max_samples: int,
+    spec: w.WindowSpec,
     before: list[tuple[float, float]],
     after: list[tuple[float, float]],
     cut: int,
@@ -323,9 +314,6 @@ def test_ingest_into_equals_ingest_many(
     """The aggregator's in-place fold: from any state (out-of-order, late and thinned ones
     included), in any split into batches, the series it leaves and what it returns are
     `ingest_many`'s, and the windows it hands over are no longer in the series."""
-    spec = w.WindowSpec(
-        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
-    )
     start, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), before)
     series, c1, l1 = w.ingest_many(start, after[:cut])
     series, c2, l2 = w.ingest_many(series, after[cut:])
@@ -338,25 +326,12 @@ def test_ingest_into_equals_ingest_many(
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    size_hop=_sizes,
-    lateness=st.sampled_from([0.0, 2.0, 30.0]),
-    max_samples=st.sampled_from([2, 5, 3600]),
-    before=_samples,
-    after=_samples,
-)
+@given(spec=_specs, before=_samples, after=_samples)
 def test_ingest_into_one_sample_at_a_time_equals_ingest_many(
-    size_hop: tuple[float, float],
-    lateness: float,
-    max_samples: int,
-    before: list[tuple[float, float]],
-    after: list[tuple[float, float]],
+    spec: w.WindowSpec, before: list[tuple[float, float]], after: list[tuple[float, float]]
 ) -> None:
     """The aggregator's fold at a sample a second (one sample per call, its own path): the same
     series and windows as `ingest_many` of each sample, from any state."""
-    spec = w.WindowSpec(
-        size=size_hop[0], hop=size_hop[1], allowed_lateness=lateness, max_samples=max_samples
-    )
     series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), before)
     owned = msgspec.msgpack.decode(msgspec.msgpack.encode(series), type=w.SeriesWindows)
     for sample in after:
