@@ -28,8 +28,8 @@ from governor.bus import (
     DlqReason,
     codec_for,
 )
-from governor.spec import policy_from_obj
 from tests.support.ci import unavailable
+from tests.unit.policy_objects import scaling_policy
 
 REASONS = set(typing.get_args(DlqReason))
 CONSUMED = (
@@ -43,24 +43,21 @@ CONSUMED = (
     events.DECIDER_STATE,
 )
 
-POLICY = policy_from_obj(
+POLICY = scaling_policy(
+    "web",
+    "shop",
     {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": "web", "namespace": "shop"},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": "web"},
-            "minReplicas": 1,
-            "maxReplicas": 10,
-            "metrics": [
-                {
-                    "name": "rps",
-                    "source": {"type": "push"},
-                    "target": {"type": "AverageValue", "averageValue": 70},
-                }
-            ],
-        },
-    }
+        "targetRef": {"kind": "Deployment", "name": "web"},
+        "minReplicas": 1,
+        "maxReplicas": 10,
+        "metrics": [
+            {
+                "name": "rps",
+                "source": {"type": "push"},
+                "target": {"type": "AverageValue", "averageValue": 70},
+            }
+        ],
+    },
 )
 W = "shop/Deployment/web"
 REASON = events.Reason(rule="metric", detail="rps 120 > 100")

@@ -26,7 +26,7 @@ from governor.spec import (
 from governor.spec import (
     PushSource as PushSpec,
 )
-from governor.spec import ScalingPolicy, TargetRef, policy_from_obj
+from governor.spec import ScalingPolicy, TargetRef
 from governor_collector.config import CollectorSettings, load
 from governor_collector.policies import apply_record
 from governor_collector.scheduler import Scheduler, WantedSource, plan, wanted_sources
@@ -42,6 +42,7 @@ from governor_collector.sources import (
 from governor_collector.sources.prometheus import parse_response, value_of
 from governor_collector.sources.push import PushHub, decode_batch, push_routes
 from governor_collector.sources.resource import parse_quantity, usage_from_pod_metrics
+from tests.unit.policy_objects import scaling_policy
 
 W = "shop/Deployment/web"
 
@@ -338,17 +339,14 @@ def test_pod_metrics_without_pods_is_an_error_not_zero() -> None:
 
 
 def policy(name: str, *metrics: dict[str, Any], target: str = "web") -> ScalingPolicy:
-    return policy_from_obj(
+    return scaling_policy(
+        name,
+        "shop",
         {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": "shop"},
-            "spec": {
-                "targetRef": {"kind": "Deployment", "name": target},
-                "maxReplicas": 10,
-                "metrics": list(metrics),
-            },
-        }
+            "targetRef": {"kind": "Deployment", "name": target},
+            "maxReplicas": 10,
+            "metrics": list(metrics),
+        },
     )
 
 

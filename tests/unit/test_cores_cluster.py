@@ -11,6 +11,7 @@ import msgspec
 from governor.cores.cluster import Change, ClusterCore, Report, Watched
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DeviceObject, Node, Pod
+from tests.unit.policy_objects import policy_obj
 
 DEPLOY = ("apps/v1", "Deployment")
 
@@ -60,17 +61,17 @@ def device(name: str, healthy: bool = True) -> DeviceObject:
 
 
 def policy(name: str = "web", rv: str = "1", max_replicas: int = 5) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
-        "spec": {
+    return policy_obj(
+        name,
+        "ns",
+        {
             "targetRef": {"kind": "Deployment", "name": "web"},
             "maxReplicas": max_replicas,
             "pool": "a",
             "metrics": [{"name": "rps", "target": {"type": "Value", "value": 10}}],
         },
-    }
+        resourceVersion=rv,
+    )
 
 
 DEPLOYMENT = {

@@ -11,6 +11,7 @@ from governor.cores.decider_memory import checkpoint_of
 from governor.events import LoadWindow, WindowView, WorkloadState
 from governor.spec import ScalingPolicy, policies_from_yaml
 from governor.windows import views
+from tests.unit.policy_objects import scaling_policy
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 WL = "shop/Deployment/web"
@@ -121,33 +122,28 @@ def test_policy_tombstone_stops_decisions() -> None:
 
 
 def kafka_policy(allow_idle: bool = False) -> ScalingPolicy:
-    from governor.spec import policy_from_obj
-
-    return policy_from_obj(
+    return scaling_policy(
+        "consumer",
+        "shop",
         {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": "consumer", "namespace": "shop"},
-            "spec": {
-                "targetRef": {"kind": "Deployment", "name": "web"},
-                "maxReplicas": 50,
-                "metrics": [
-                    {
-                        "name": "lag",
-                        "source": {
-                            "type": "kafka_lag",
-                            "topic": "orders",
-                            "consumerGroup": "g",
-                            "allowIdleConsumers": allow_idle,
-                        },
-                        "target": {"type": "AverageValue", "averageValue": 10},
-                    }
-                ],
-                "behavior": {
-                    "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 15}]}
-                },
+            "targetRef": {"kind": "Deployment", "name": "web"},
+            "maxReplicas": 50,
+            "metrics": [
+                {
+                    "name": "lag",
+                    "source": {
+                        "type": "kafka_lag",
+                        "topic": "orders",
+                        "consumerGroup": "g",
+                        "allowIdleConsumers": allow_idle,
+                    },
+                    "target": {"type": "AverageValue", "averageValue": 10},
+                }
+            ],
+            "behavior": {
+                "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 15}]}
             },
-        }
+        },
     )
 
 

@@ -11,12 +11,9 @@ from governor_decider import journal
 from tests.unit.test_cores_decider_stage2 import (
     TRAIN,
     WEB,
-    Driver,
-    gpu_node,
-    job_policy,
     replicas,
     states,
-    web_policy,
+    two_nodes,
 )
 
 QUEUE = QueueState(
@@ -32,11 +29,7 @@ QUOTA = QuotaState(
 
 
 def test_quotas_and_queues_cap_stage_2_and_are_named(tmp_path: Path) -> None:
-    drv = Driver(tmp_path / "journal")
-    drv.policy(web_policy())
-    drv.policy(job_policy())
-    for n in (gpu_node("a"), gpu_node("b")):
-        drv.node(n)
+    drv = two_nodes(tmp_path / "journal")
     drv.core.on_queue(QUEUE.queue, QUEUE)
     drv.journal.queue(QUEUE.queue, QUEUE)
     drv.core.on_quota(QUOTA.quota, QUOTA)

@@ -10,8 +10,9 @@ import msgspec
 
 from governor.cores.decider import DeciderCore, Outputs, pool_key
 from governor.events import Device, LoadWindow, NodeState, WorkloadState
-from governor.spec import ScalingPolicy, policy_from_obj
+from governor.spec import ScalingPolicy
 from governor_decider import journal
+from tests.unit.policy_objects import scaling_policy
 
 POOL = "gpu"
 # No damping in stage 1 (it has its own tests): stage 2 is what these tests look at.
@@ -29,54 +30,44 @@ JOINT = {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
 
 
 def web_policy(pool: str = POOL) -> ScalingPolicy:
-    return policy_from_obj(
+    return scaling_policy(
+        "web",
+        "shop",
         {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {
-                "targetRef": {"kind": "Deployment", "name": "web"},
-                "minReplicas": 2,
-                "maxReplicas": 16,
-                "priority": 1000,
-                "pool": pool,
-                "metrics": [
-                    {"name": "rps", "target": {"type": "AverageValue", "averageValue": 70}}
-                ],
-                "behavior": FAST,
-            },
-        }
+            "targetRef": {"kind": "Deployment", "name": "web"},
+            "minReplicas": 2,
+            "maxReplicas": 16,
+            "priority": 1000,
+            "pool": pool,
+            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 70}}],
+            "behavior": FAST,
+        },
     )
 
 
 def job_policy(interval: float = 300) -> ScalingPolicy:
-    return policy_from_obj(
+    return scaling_policy(
+        "train",
+        "ml",
         {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": "train", "namespace": "ml"},
-            "spec": {
-                "targetRef": {
-                    "apiVersion": "kubeflow.org/v1",
-                    "kind": "PyTorchJob",
-                    "name": "train",
-                },
-                "minReplicas": 1,
-                "maxReplicas": 16,
-                "priority": 0,
-                "pool": POOL,
-                "metrics": [
-                    {"name": "work", "target": {"type": "AverageValue", "averageValue": 1}}
-                ],
-                "behavior": FAST,
-                "elastic": {
-                    "floor": 4,
-                    "restartPenaltySeconds": 30,
-                    "scalingEfficiency": 0.9,
-                    "minResizeIntervalSeconds": interval,
-                },
+            "targetRef": {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": "train",
             },
-        }
+            "minReplicas": 1,
+            "maxReplicas": 16,
+            "priority": 0,
+            "pool": POOL,
+            "metrics": [{"name": "work", "target": {"type": "AverageValue", "averageValue": 1}}],
+            "behavior": FAST,
+            "elastic": {
+                "floor": 4,
+                "restartPenaltySeconds": 30,
+                "scalingEfficiency": 0.9,
+                "minResizeIntervalSeconds": interval,
+            },
+        },
     )
 
 
@@ -151,6 +142,16 @@ class Driver:
         return out
 
 
+def two_nodes(path: Path) -> Driver:
+    """The web service and the training job on the GPU nodes a and b, journaled at `path`."""
+    drv = Driver(path)
+    drv.policy(web_policy())
+    drv.policy(job_policy())
+    for n in (gpu_node("a"), gpu_node("b")):
+        drv.node(n)
+    return drv
+
+
 def replicas(out: Outputs) -> dict[str, int]:
     return {d.workload: d.to_replicas for d in out.decisions}
 
@@ -168,11 +169,7 @@ def test_without_inventory_the_bounds_path_decides_on_the_event(tmp_path: Path) 
 
 
 def test_stage2_burst_failure_and_return(tmp_path: Path) -> None:
-    drv = Driver(tmp_path / "journal")
-    drv.policy(web_policy())
-    drv.policy(job_policy())
-    for n in (gpu_node("a"), gpu_node("b")):
-        drv.node(n)
+    drv = two_nodes(tmp_path / "journal")
     t = 10_000.0
     web_n, train_n = 4, 12
     for s in states(web_n, train_n, t - 1):
@@ -241,11 +238,7 @@ def test_stage2_burst_failure_and_return(tmp_path: Path) -> None:
 
 
 def test_pool_checkpoint_restores_the_allocation_and_seq(tmp_path: Path) -> None:
-    drv = Driver(tmp_path / "j")
-    drv.policy(web_policy())
-    drv.policy(job_policy())
-    drv.node(gpu_node("a"))
-    drv.node(gpu_node("b"))
+    drv = two_nodes(tmp_path / "j")
     for s in states(4, 12, 999.0):
         drv.workload(s)
     out = drv.cycle(1000.0, 840.0)

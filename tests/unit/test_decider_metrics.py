@@ -13,8 +13,8 @@ from governor import events
 from governor.bus import Message
 from governor.ownership import Ownership
 from governor.shell import deliver
-from governor.spec import policy_from_obj
 from governor_decider.main import Decider, DeciderSettings, Step
+from tests.unit.policy_objects import scaling_policy
 
 GiB = float(2**30)
 
@@ -46,22 +46,17 @@ async def _decider(pool: str, ns: str, now: float) -> tuple[Decider, str, str, l
                                                            "koordinator.sh/rdma": 1.0}),
         ("web", "Deployment", {}, {"cpu": 0.5, "memory": GiB}),
     ):  # fmt: skip
-        policy = policy_from_obj(
+        policy = scaling_policy(
+            name,
+            ns,
             {
-                "apiVersion": "governor.dev/v1alpha1",
-                "kind": "ScalingPolicy",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {
-                    "targetRef": {"kind": kind, "name": name},
-                    "minReplicas": 1,
-                    "maxReplicas": 8,
-                    "pool": pool,
-                    "metrics": [
-                        {"name": "q", "target": {"type": "AverageValue", "averageValue": 10}}
-                    ],
-                    **extra,
-                },
-            }
+                "targetRef": {"kind": kind, "name": name},
+                "minReplicas": 1,
+                "maxReplicas": 8,
+                "pool": pool,
+                "metrics": [{"name": "q", "target": {"type": "AverageValue", "averageValue": 10}}],
+                **extra,
+            },
         )
         await d.on_table(
             _msg(events.POLICIES.name, f"{ns}/{name}", events.PolicyRecord(policy=policy))

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from governor.events import Reason, ScaleDecision
 from governor.policy import actuation as a
 from governor.policy import pacing, status
-from governor.spec import TargetRef, policy_from_obj
+from governor.spec import TargetRef
 from governor.targets import kind_of
+from tests.unit.policy_objects import scaling_policy
 
 NS = "shop"
 RULES = a.ActuatorRules(allowed_namespaces=frozenset({NS, "ml"}))
@@ -41,14 +42,7 @@ def policy(
         "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
         **(spec_extra or {}),
     }
-    return policy_from_obj(
-        {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
-            "spec": spec,
-        }
-    )
+    return scaling_policy(name, namespace, spec, annotations=annotations or {})
 
 
 def volcano_policy(**kw: Any) -> Any:

@@ -23,6 +23,7 @@ from governor.quotas import (
     quota_state,
     scope_matches,
 )
+from tests.unit.policy_objects import policy_obj
 
 
 def spec(cpu: str = "500m", limit: str | None = "1", pc: str = "", **extra: str) -> dict[str, Any]:
@@ -207,17 +208,17 @@ def test_a_queue_covers_jobs_by_spec_queue_and_pods_by_their_podgroup() -> None:
 
 
 def _policy(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
-        "spec": {
+    return policy_obj(
+        name,
+        ns,
+        {
             "targetRef": {"kind": "Deployment", "name": name, "apiVersion": "apps/v1"},
             "minReplicas": 1,
             "maxReplicas": 8,
             "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}],
         },
-    }
+        resourceVersion="1",
+    )
 
 
 def _web_with_target(m: ClusterCore, gvk: tuple[str, str], target: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from governor.spec import (
     policies_from_yaml,
     policy_from_obj,
 )
+from tests.unit.policy_objects import policy_obj
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 
@@ -41,16 +42,15 @@ behavior:
 
 
 def _base() -> dict:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": "p", "namespace": "ns"},
-        "spec": {
+    return policy_obj(
+        "p",
+        "ns",
+        {
             "targetRef": {"kind": "Deployment", "name": "web"},
             "maxReplicas": 10,
             "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 5}}],
         },
-    }
+    )
 
 
 def test_example_file_parses_and_round_trips() -> None:
