@@ -107,15 +107,9 @@ def test_a_higher_peak_percent_never_asks_for_more_replicas(
     inputs the count is never above the one at the target (100), never below the reactive one."""
     at_target, hotter = _policy(reduce=reduce), _policy(reduce=reduce, peak=peak)
     reactive = hpa_compatible(at_target)
-    state, replicas = ScaleState(), 1
-    for i, load in enumerate(series):
-        now = 1_000.0 + STEP * i
-        inputs = _inputs(load, replicas, now)
-        base, next_state = evaluate(at_target, inputs, state, now)
-        hot, _ = evaluate(hotter, inputs, state, now)
+    for _, (inputs, state, now, _), base, hot in _alongside(at_target, hotter, series, 1):
         plain, _ = evaluate(reactive, inputs, state, now)
         assert plain.desired <= hot.desired <= base.desired
-        state, replicas = next_state, base.desired
 
 
 def test_peak_percent_below_the_target_is_rejected_naming_the_field() -> None:

@@ -96,6 +96,18 @@ def run(
     return current, state, now
 
 
+# A policy replayed through a history: (spec, current, state, now).
+Ran = tuple[ScalingPolicySpec, int, ScaleState, float]
+
+
+@st.composite
+def after_history(draw: st.DrawFn, *, fallback: bool = True) -> Ran:
+    """Any policy (`policies`), replayed from 1..80 replicas through any history (`run`)."""
+    spec = draw(policies(fallback=fallback))
+    current, state, now = run(spec, draw(st.integers(1, 80)), draw(histories))
+    return spec, current, state, now
+
+
 def bounds(spec: ScalingPolicySpec) -> tuple[int, int]:
     hi = spec.max_replicas if spec.replica_cap is None else min(spec.max_replicas, spec.replica_cap)
     return spec.min_replicas, max(spec.min_replicas, hi)
@@ -106,14 +118,9 @@ def at(spec: ScalingPolicySpec, state: ScaleState, current: int, now: float, **k
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=policies(), start=st.integers(1, 80), history=histories, load=loads)
-def test_result_is_always_within_min_max_and_cap(
-    spec: ScalingPolicySpec,
-    start: int,
-    history: list[tuple[float, float | None, bool]],
-    load: float,
-) -> None:
-    current, state, now = run(spec, start, history)
+@given(ran=after_history(), load=loads)
+def test_result_is_always_within_min_max_and_cap(ran: Ran, load: float) -> None:
+    spec, current, state, now = ran
     result, _ = at(spec, state, current, now, m=value(spec, load, current))
     lo, hi = bounds(spec)
     if result.desired == 0:
@@ -125,22 +132,15 @@ def test_result_is_always_within_min_max_and_cap(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    spec=policies(fallback=False),
-    start=st.integers(1, 80),
-    history=histories,
+    ran=after_history(fallback=False),
     stale_by=st.floats(min_value=61.0, max_value=10_000.0),
     load=loads,
     missing=st.booleans(),
 )
 def test_no_scale_down_on_stale_or_missing_data(
-    spec: ScalingPolicySpec,
-    start: int,
-    history: list[tuple[float, float | None, bool]],
-    stale_by: float,
-    load: float,
-    missing: bool,
+    ran: Ran, stale_by: float, load: float, missing: bool
 ) -> None:
-    current, state, now = run(spec, start, history)
+    spec, current, state, now = ran
     lo, hi = bounds(spec)
     assume(lo <= current <= hi and current > 0)
     observed = None if missing else value(spec, load, current)
@@ -153,23 +153,16 @@ def test_no_scale_down_on_stale_or_missing_data(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    spec=policies(),
-    start=st.integers(1, 80),
-    history=histories,
+    ran=after_history(),
     a=loads,
     b=loads,
     panic_factor=st.one_of(st.none(), st.floats(min_value=0.0, max_value=3.0)),
 )
 def test_more_load_never_gives_fewer_replicas(
-    spec: ScalingPolicySpec,
-    start: int,
-    history: list[tuple[float, float | None, bool]],
-    a: float,
-    b: float,
-    panic_factor: float | None,
+    ran: Ran, a: float, b: float, panic_factor: float | None
 ) -> None:
     low, high = sorted((a, b))
-    current, state, now = run(spec, start, history)
+    spec, current, state, now = ran
 
     def obs(ratio: float) -> Any:
         x = value(spec, ratio, current)
@@ -215,14 +208,9 @@ def _encode(x: ScaleResult | ScaleState) -> bytes:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=policies(), start=st.integers(1, 80), history=histories, load=loads)
-def test_same_inputs_and_state_give_the_same_output(
-    spec: ScalingPolicySpec,
-    start: int,
-    history: list[tuple[float, float | None, bool]],
-    load: float,
-) -> None:
-    current, state, now = run(spec, start, history)
+@given(ran=after_history(), load=loads)
+def test_same_inputs_and_state_give_the_same_output(ran: Ran, load: float) -> None:
+    spec, current, state, now = ran
     # Through the wire and back, as a decider restarting from its persisted state would.
     restored = msgspec.msgpack.decode(_encode(state), type=ScaleState)
     r1, s1 = at(spec, state, current, now, m=value(spec, load, current))
@@ -232,11 +220,9 @@ def test_same_inputs_and_state_give_the_same_output(
 
 
 @settings(max_examples=100, deadline=None)
-@given(spec=policies(), start=st.integers(1, 80), history=histories)
-def test_history_stays_bounded(
-    spec: ScalingPolicySpec, start: int, history: list[tuple[float, float | None, bool]]
-) -> None:
-    _, state, _ = run(spec, start, history)
+@given(ran=after_history())
+def test_history_stays_bounded(ran: Ran) -> None:
+    _, _, state, _ = ran
     # 300 s at 15 s steps: at most two entries per bucket, plus the bucket being filled.
     assert len(state.rec_at) == len(state.rec_replicas) <= 2 * (300 / STEP + 1)
     assert len(state.scale_events) <= 2 * (60 / STEP + 1)
