@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from hypothesis import strategies as st
 
 from governor.events import WorkloadState
@@ -355,7 +356,8 @@ def hpa_setup(p: PolicyRecipe) -> Setup:
 
 # --- one sync, materialized -------------------------------------------------------------------
 
-# Per state: phase, Ready condition, seconds since start, since the Ready transition, deleting.
+# Per state: phase, Ready condition, seconds since start, since the Ready transition, deleting
+# (wire.Pod's fields after its name, in its order: `materialize` passes them as they stand).
 _POD_STATES: dict[
     PodState, tuple[Literal["Running", "Pending", "Failed"], str, float, float, bool]
 ] = {
@@ -399,7 +401,6 @@ def materialize(case: CaseRecipe, index: int, spec: int, at_ms: int) -> Step:
     requests = {"cpu": p.cpu_request, "memory": p.memory_request}
     pods: list[Pod] = []
     for i, state in enumerate(states):
-        phase, ready, started, transition, deleting = _POD_STATES[state]
         samples: dict[str, PodMetric] = {}
         if state not in _NO_SAMPLE:
             for m, level, offset in zip(p.metrics, s.levels, s.offsets, strict=True):
@@ -407,18 +408,7 @@ def materialize(case: CaseRecipe, index: int, spec: int, at_ms: int) -> Step:
                     base = requests[m.kind] * m.target * level // 10_000
                     value = base + _jitter(s.seed, i, base * s.spread // 100)
                     samples[m.kind] = PodMetric(value=max(0, value + (offset if i == 0 else 0)))
-        pods.append(
-            Pod(
-                name=f"pod-{i}",
-                phase=phase,
-                ready=ready,
-                started_ago=started,
-                transition_ago=transition,
-                deleting=deleting,
-                requests=requests,
-                metrics=samples,
-            )
-        )
+        pods.append(Pod(f"pod-{i}", *_POD_STATES[state], requests=requests, metrics=samples))
     external: dict[str, int | None] = {}
     objects: dict[str, int | None] = {}
     for i, (m, level, offset, error) in enumerate(
@@ -433,15 +423,8 @@ def materialize(case: CaseRecipe, index: int, spec: int, at_ms: int) -> Step:
         # The resource metrics API fails: no pod has a sample of that resource.
         failing = {m.kind for i, m in enumerate(p.metrics) if s.errors[i]}
         pods = [
-            Pod(
-                name=pod.name,
-                phase=pod.phase,
-                ready=pod.ready,
-                started_ago=pod.started_ago,
-                transition_ago=pod.transition_ago,
-                deleting=pod.deleting,
-                requests=pod.requests,
-                metrics={k: v for k, v in pod.metrics.items() if k not in failing},
+            msgspec.structs.replace(
+                pod, metrics={k: v for k, v in pod.metrics.items() if k not in failing}
             )
             for pod in pods
         ]

@@ -7,6 +7,7 @@ its Go types and docs). The migration table in docs/scalingpolicy.md is the tabl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +86,25 @@ def coverage(paths: list[str], table: tuple[Field, ...]) -> tuple[int, int, list
     return converted, noted, silent
 
 
-def test_every_hpa_v2_field_is_converted_or_noted(capsys: pytest.CaptureFixture[str]) -> None:
-    paths = hpa_paths()
-    assert len(paths) > 60  # the model was walked, not an empty list
-    converted, noted, silent = coverage(paths, HPA_FIELDS)
-    with capsys.disabled():
-        print(f"\nHPA autoscaling/v2: {len(paths)} fields, {converted} converted, {noted} noted")
-    assert silent == []
-
-
-def test_every_scaled_object_field_is_converted_or_noted(
+@pytest.mark.parametrize(
+    ("model", "walk", "fields", "more_than"),
+    [
+        ("HPA autoscaling/v2", hpa_paths, HPA_FIELDS, 60),
+        ("ScaledObject v1alpha1", keda_paths, KEDA_FIELDS, 0),
+    ],
+)
+def test_every_hpa_v2_and_scaled_object_field_is_converted_or_noted(
+    model: str,
+    walk: Callable[[], list[str]],
+    fields: tuple[Field, ...],
+    more_than: int,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    paths = keda_paths()
-    converted, noted, silent = coverage(paths, KEDA_FIELDS)
+    paths = walk()
+    assert len(paths) > more_than  # the model was walked, not an empty list
+    converted, noted, silent = coverage(paths, fields)
     with capsys.disabled():
-        print(f"\nScaledObject v1alpha1: {len(paths)} fields, {converted} converted, {noted} noted")
+        print(f"\n{model}: {len(paths)} fields, {converted} converted, {noted} noted")
     assert silent == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from typing import Any
 
@@ -572,27 +573,10 @@ def test_fence_last_writer_is_the_highest_seq(seqs: list[int], seed: int) -> Non
 def test_policy_status_applied_then_refused_then_applied() -> None:
     pol = policy()
 
-    def after(
-        prev: dict[str, Any] | None,
-        d: ScaleDecision,
-        outcome: str,
-        reason: str,
-        now: str,
-        cur: int = 5,
-    ) -> dict[str, Any]:
-        """The status of `pol` after `d` had `outcome` (at `cur` replicas) at time `now`."""
-        return status.policy_status(
-            prev,
-            policy=pol,
-            decision=d,
-            outcome=outcome,
-            reason=reason,
-            current_replicas=cur,
-            now=now,
-        )
-
+    # Each status follows from the previous one, for the same policy at 5 current replicas.
+    after = functools.partial(status.policy_status, policy=pol, current_replicas=5)
     d = decision(seq=3, to=5)
-    s1 = after(None, d, "applied", "ok", "T1", cur=2)
+    s1 = after(None, decision=d, outcome="applied", reason="ok", current_replicas=2, now="T1")
     assert s1["currentReplicas"] == 5 and s1["desiredReplicas"] == 5
     assert s1["lastDecisionId"] == "d-3" and s1["lastDecisionSeq"] == 3
     assert s1["lastReason"].startswith("metric(rps=42)")
@@ -604,10 +588,14 @@ def test_policy_status_applied_then_refused_then_applied() -> None:
         "Applied",
         "T1",
     )
-    s2 = after(s1, d, "applied", "ok", "T2")
+    s2 = after(s1, decision=d, outcome="applied", reason="ok", now="T2")
     assert s2["conditions"][0]["lastTransitionTime"] == "T1"  # same status: time kept
     s3 = after(
-        s2, decision(seq=4, to=50), "refused", "above_max: to_replicas 50 > maxReplicas 10", "T3"
+        s2,
+        decision=decision(seq=4, to=50),
+        outcome="refused",
+        reason="above_max: to_replicas 50 > maxReplicas 10",
+        now="T3",
     )
     assert "lastDecisionId" not in s3 and s3["currentReplicas"] == 5
     assert s3["desiredReplicas"] == 50 and s3["lastReason"].startswith("above_max")
@@ -617,10 +605,10 @@ def test_policy_status_applied_then_refused_then_applied() -> None:
     other = {"type": "Other", "status": "True"}
     s4 = after(
         {**s3, "conditions": [*s3["conditions"], other]},
-        decision(seq=5, to=5),
-        "noop",
-        "same",
-        "T4",
+        decision=decision(seq=5, to=5),
+        outcome="noop",
+        reason="same",
+        now="T4",
     )
     assert [c["type"] for c in s4["conditions"]] == ["Other", "Actuated"]
     assert "lastTransitionTime" in s4

@@ -246,16 +246,7 @@ def device_pools(draw: st.DrawFn) -> tuple[list[Demand], list[NodeState]]:
         scope = draw(st.sampled_from([None, "SamePCIe", "SameNUMA"]))
         joint = {"deviceTypes": ["gpu", "rdma"], "requiredScope": scope} if scope else None
         with_devices.append(
-            Demand(
-                workload=d.workload,
-                want=d.want,
-                floor=d.floor,
-                tier=d.tier,
-                weight=d.weight,
-                elastic=d.elastic,
-                requests={**d.requests, **extra},
-                joint_allocate=joint,
-            )
+            msgspec.structs.replace(d, requests={**d.requests, **extra}, joint_allocate=joint)
         )
     nodes = [
         NodeState(
