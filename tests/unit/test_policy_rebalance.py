@@ -189,12 +189,16 @@ def test_shortfalls_are_published_once_per_change_and_resolved_once() -> None:
 # --- properties -------------------------------------------------------------------------------
 
 
+# Each workload's desired count, and what it runs now (at most the pool's 16 GPUs).
+wanted, running = st.integers(0, 20), st.integers(0, 16)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    web=st.integers(0, 20),
-    web_now=st.integers(0, 16),
-    train=st.integers(0, 20),
-    train_now=st.integers(0, 16),
+    web=wanted,
+    web_now=running,
+    train=wanted,
+    train_now=running,
     since=st.floats(0, 2000),
     bad_gpus=st.sets(st.integers(0, 7), max_size=6),
     bad_nics=st.sets(st.integers(0, 3), max_size=3),
