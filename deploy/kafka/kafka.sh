@@ -550,17 +550,7 @@ cmd_down() {
   say "stopped"
 }
 
-cmd_status() {
-  local pid
-  if pid="$(our_pid)" && metadata_ok; then
-    echo "running $BOOTSTRAP pid $pid"
-  elif [[ -n "${pid:-}" ]]; then
-    echo "starting $BOOTSTRAP pid $pid"
-  else
-    echo "stopped"
-    return 3
-  fi
-}
+cmd_status() { report_status "$BOOTSTRAP" metadata_ok; }
 
 cmd_reset() {
   cmd_down

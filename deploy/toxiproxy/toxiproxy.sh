@@ -37,12 +37,9 @@ URL="http://$HOST:$PORT"
 source "$HERE/../lib/gobuild.sh"
 # shellcheck source=../lib/proc.sh
 source "$HERE/../lib/proc.sh"
-
-log() { echo "toxiproxy: $*" >&2; }
-die() {
-  echo "toxiproxy: error: $*" >&2
-  exit 1
-}
+LOG_NAME=toxiproxy
+# shellcheck source=../lib/log.sh
+source "$HERE/../lib/log.sh"
 
 version() { awk '$1=="github.com/Shopify/toxiproxy/v2" {print $2}' "$HERE/go.mod"; }
 
@@ -123,17 +120,7 @@ cmd_down() {
   log "stopped"
 }
 
-cmd_status() {
-  local pid
-  if pid="$(our_pid)" && api_ok; then
-    echo "running $URL pid $pid"
-  elif [[ -n "${pid:-}" ]]; then
-    echo "starting $URL pid $pid"
-  else
-    echo "stopped"
-    return 3
-  fi
-}
+cmd_status() { report_status "$URL" api_ok; }
 
 # One command at a time per server: concurrent `up`s wait for each other.
 lock() {
