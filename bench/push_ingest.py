@@ -24,51 +24,25 @@ import asyncio
 import dataclasses
 import os
 import socket
-import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import aiohttp
 import msgspec
+from benchkit import component_up, metric_samples
 
 from governor.bus import Producer
 from governor.events import METRICS, POLICIES, MetricSample, Topic
 from governor.topics import ensure_topics
 
-REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 6
-
-
-def samples(n: int, run: str) -> list[MetricSample]:
-    t0 = 1_800_000_000.0
-    return [
-        MetricSample(
-            workload=f"bench-{run}/Deployment/svc-{i % 500}",
-            metric="http_requests_per_second",
-            value=float(i % 1000) * 0.5,
-            timestamp=t0 + i * 0.001,
-            unit="1/s",
-        )
-        for i in range(n)
-    ]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def local_bootstrap() -> str:
-    out = subprocess.run(
-        ["bash", str(REPO / "deploy/kafka/kafka.sh"), "up"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.splitlines()[-1]
 
 
 async def wait_ready(
@@ -175,7 +149,7 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
-    bootstrap = args.bootstrap or local_bootstrap()
+    bootstrap = args.bootstrap or component_up("kafka/kafka.sh")
     run = uuid.uuid4().hex[:8]
 
     def topic(kind: str) -> Topic[MetricSample]:
@@ -185,7 +159,8 @@ async def main() -> None:
     policies_t = dataclasses.replace(POLICIES, name=f"bench.push.policies.{run}")
     await ensure_topics(bootstrap, [push_t, bus_t, batch_t, policies_t])
 
-    data = samples(args.count + args.batch, run)  # the first batch warms up every path
+    # The first batch warms up every path.
+    data = metric_samples(args.count + args.batch, f"bench-{run}")
     batches = [data[i : i + args.batch] for i in range(0, len(data), args.batch)]
     enc = msgspec.json.Encoder()
     bodies = [enc.encode({"samples": b}) for b in batches]
