@@ -92,19 +92,10 @@ cmd_up() {
     echo "$pid" >"$PIDFILE"
     log "started pid $pid, log $LOG"
   fi
-  local deadline=$((SECONDS + START_TIMEOUT))
-  while ((SECONDS < deadline)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 20 "$LOG" >&2 || true
-      rm -f "$PIDFILE"
-      die "toxiproxy-server exited during start (log: $LOG)"
-    fi
-    if api_ok; then
-      echo "$URL"
-      return 0
-    fi
-    sleep 0.2
-  done
+  if wait_started "$pid" "$START_TIMEOUT" 0.2 20 toxiproxy-server api_ok; then
+    echo "$URL"
+    return 0
+  fi
   die "toxiproxy-server did not answer on $URL within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
 }
 
