@@ -51,26 +51,15 @@ fmt: setup
 typecheck: setup
 	$(UV) run --frozen mypy
 
-kafka-up:
-	bash deploy/kafka/kafka.sh up
+# <component>-<action>: bash deploy/<component>/<component>.sh <action>
+COMPONENT_TARGETS := kafka-up kafka-down devcluster-up devcluster-down toxiproxy-up toxiproxy-down
+component = $(firstword $(subst -, ,$@))
 
-kafka-down:
-	bash deploy/kafka/kafka.sh down
-
-devcluster-up:
-	bash deploy/devcluster/devcluster.sh up
-
-devcluster-down:
-	bash deploy/devcluster/devcluster.sh down
+$(COMPONENT_TARGETS):
+	bash deploy/$(component)/$(component).sh $(lastword $(subst -, ,$@))
 
 helm:
 	bash deploy/helm/helm.sh build
-
-toxiproxy-up:
-	bash deploy/toxiproxy/toxiproxy.sh up
-
-toxiproxy-down:
-	bash deploy/toxiproxy/toxiproxy.sh down
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache out

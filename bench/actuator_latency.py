@@ -46,6 +46,7 @@ import msgspec
 import yaml
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from benchkit import component_up
 
 from governor import bus
 from governor.events import DECISIONS, Actuation, Reason, ScaleDecision
@@ -60,16 +61,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = max(0, min(len(s) - 1, round(q / 100 * (len(s) - 1))))
     return s[k]
-
-
-def devcluster_kubeconfig() -> Path:
-    out = subprocess.run(
-        ["bash", str(REPO / "deploy/devcluster/devcluster.sh"), "up"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return Path(out.strip().splitlines()[-1])
 
 
 async def setup(kube: Kube, ns: str, n: int) -> list[str]:
@@ -196,7 +187,7 @@ async def main() -> None:
     )
     args = ap.parse_args()
 
-    kubeconfig = args.kubeconfig or devcluster_kubeconfig()
+    kubeconfig = args.kubeconfig or Path(component_up("devcluster/devcluster.sh"))
     api = await connect(kubeconfig)
     kube = Kube(api)
     ns = f"bench-{uuid.uuid4().hex[:6]}"

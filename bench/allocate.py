@@ -33,6 +33,23 @@ from governor.policy.quotas import Constraints, constraints
 TARGET_SECONDS = 1.0
 
 
+def device(
+    dtype: str, minor: int, healthy: bool, numa: int, switch: int, free: float, total: float
+) -> Device:
+    """A device on NUMA node `numa` (its CPU socket has the same number), behind PCIe switch
+    `switch`."""
+    return Device(
+        type=dtype,
+        minor=minor,
+        healthy=healthy,
+        socket=numa,
+        numa=numa,
+        pcie=f"pci{switch}",
+        free=free,
+        total=total,
+    )
+
+
 def make_nodes(rng: random.Random, count: int = 500) -> list[NodeState]:
     nodes = []
     for n in range(count):
@@ -40,31 +57,13 @@ def make_nodes(rng: random.Random, count: int = 500) -> list[NodeState]:
         for minor in range(8):
             free = 100.0 if rng.random() > 0.1 else rng.choice([0.0, 50.0])
             devices.append(
-                Device(
-                    type="gpu",
-                    minor=minor,
-                    healthy=rng.random() > 0.02,
-                    socket=minor // 4,
-                    numa=minor // 4,
-                    pcie=f"pci{minor // 2}",
-                    free=free,
-                    total=100.0,
-                )
+                device("gpu", minor, rng.random() > 0.02, minor // 4, minor // 2, free, 100.0)
             )
         for minor in range(rng.choice([4, 4, 8])):
             switch = minor % 4
-            devices.append(
-                Device(
-                    type="rdma",
-                    minor=minor,
-                    healthy=rng.random() > 0.02,
-                    socket=switch // 2,
-                    numa=switch // 2,
-                    pcie=f"pci{switch}",
-                    free=float(rng.choice([1, 4, 8])),
-                    total=8.0,
-                )
-            )
+            healthy = rng.random() > 0.02
+            free = float(rng.choice([1, 4, 8]))
+            devices.append(device("rdma", minor, healthy, switch // 2, switch, free, 8.0))
         nodes.append(
             NodeState(
                 node=f"node-{n:03d}",

@@ -38,6 +38,7 @@ from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from benchkit import metric_samples
 
 from governor.bus import Consumer, Message, Producer, codec_for
 from governor.events import METRICS, MetricSample, Topic
@@ -47,21 +48,6 @@ REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 6
 LINGER_MS = 5
 BATCH = 256 * 1024
-
-
-def samples(n: int) -> list[MetricSample]:
-    t0 = 1_800_000_000.0
-    return [
-        MetricSample(
-            workload=f"shop/Deployment/svc-{i % 500}",
-            metric="http_requests_per_second",
-            value=float(i % 1000) * 0.5,
-            timestamp=t0 + i * 0.001,
-            unit="1/s",
-            source="prometheus",
-        )
-        for i in range(n)
-    ]
 
 
 def topic(name: str) -> Topic[MetricSample]:
@@ -221,7 +207,7 @@ async def main() -> None:
     await ensure_topics(bootstrap, [t_bus, t_plain])
 
     print(f"broker {bootstrap}, {n:,} MetricSamples, {PARTITIONS} partitions")
-    data = samples(n)
+    data = metric_samples(n, "shop", source="prometheus")
     codec = codec_for(t_bus)
     payloads = [(METRICS.key(v).encode(), codec.encode(v)) for v in data]
     headers = list(codec.headers)

@@ -22,95 +22,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import aiohttp
 import msgspec
+from benchkit import REPO, component_up, metric_samples
 
 from governor.bus import Producer
 from governor.events import METRICS, POLICIES, MetricSample, Topic
 from governor.topics import ensure_topics
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.support.procs import governor_service
+
 PARTITIONS = 6
-
-
-def samples(n: int, run: str) -> list[MetricSample]:
-    t0 = 1_800_000_000.0
-    return [
-        MetricSample(
-            workload=f"bench-{run}/Deployment/svc-{i % 500}",
-            metric="http_requests_per_second",
-            value=float(i % 1000) * 0.5,
-            timestamp=t0 + i * 0.001,
-            unit="1/s",
-        )
-        for i in range(n)
-    ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def local_bootstrap() -> str:
-    out = subprocess.run(
-        ["bash", str(REPO / "deploy/kafka/kafka.sh"), "up"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.splitlines()[-1]
-
-
-async def wait_ready(
-    http: aiohttp.ClientSession, url: str, proc: asyncio.subprocess.Process
-) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.returncode is not None:
-            raise SystemExit(f"collector exited with {proc.returncode}")
-        try:
-            async with http.get(f"{url}/readyz") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("collector not ready after 60 s")
-        await asyncio.sleep(0.2)
 
 
 async def bench_push(
     bootstrap: str, metrics_topic: str, policies_topic: str, bodies: list[bytes], concurrency: int
 ) -> float:
-    port = free_port()
-    env = {
-        **os.environ,
-        "GOVERNOR_COLLECTOR_KAFKA__BOOTSTRAP": bootstrap,
-        "GOVERNOR_COLLECTOR_HTTP_HOST": "127.0.0.1",
-        "GOVERNOR_COLLECTOR_HTTP_PORT": str(port),
-        "GOVERNOR_COLLECTOR_METRICS_TOPIC": metrics_topic,
-        "GOVERNOR_COLLECTOR_POLICIES_TOPIC": policies_topic,
-        "GOVERNOR_COLLECTOR_LOG_LEVEL": "WARNING",
+    settings = {
+        "HTTP_HOST": "127.0.0.1",
+        "METRICS_TOPIC": metrics_topic,
+        "POLICIES_TOPIC": policies_topic,
+        "LOG_LEVEL": "WARNING",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "governor_collector.cli", env=env
-    )
-    url = f"http://127.0.0.1:{port}/v1/samples"
+    log = Path(tempfile.mkdtemp(prefix="push-bench-")) / "collector.log"
+    collector = governor_service("collector", bootstrap, settings, log).start(ready_timeout=60)
+    url = f"http://127.0.0.1:{collector.port}/v1/samples"
     headers = {"Content-Type": "application/json"}
     try:
         conn = aiohttp.TCPConnector(limit=concurrency)
         async with aiohttp.ClientSession(connector=conn) as http:
-            await wait_ready(http, f"http://127.0.0.1:{port}", proc)
             async with http.post(url, data=bodies[0], headers=headers) as r:  # warm up
                 assert r.status == 200, await r.text()
             queue: asyncio.Queue[bytes] = asyncio.Queue()
@@ -129,8 +76,7 @@ async def bench_push(
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             return time.perf_counter() - start
     finally:
-        proc.terminate()
-        await proc.wait()
+        collector.stop()
 
 
 async def bench_bus_pipelined(
@@ -175,7 +121,7 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
-    bootstrap = args.bootstrap or local_bootstrap()
+    bootstrap = args.bootstrap or component_up("kafka/kafka.sh")
     run = uuid.uuid4().hex[:8]
 
     def topic(kind: str) -> Topic[MetricSample]:
@@ -185,7 +131,8 @@ async def main() -> None:
     policies_t = dataclasses.replace(POLICIES, name=f"bench.push.policies.{run}")
     await ensure_topics(bootstrap, [push_t, bus_t, batch_t, policies_t])
 
-    data = samples(args.count + args.batch, run)  # the first batch warms up every path
+    # The first batch warms up every path.
+    data = metric_samples(args.count + args.batch, f"bench-{run}")
     batches = [data[i : i + args.batch] for i in range(0, len(data), args.batch)]
     enc = msgspec.json.Encoder()
     bodies = [enc.encode({"samples": b}) for b in batches]

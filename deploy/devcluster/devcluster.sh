@@ -55,12 +55,9 @@ NEED_MB_WARM=3300 # modules already downloaded, build cache empty
 source "$HERE/../lib/gobuild.sh"
 # shellcheck source=../lib/proc.sh
 source "$HERE/../lib/proc.sh"
-
-log() { echo "devcluster: $*" >&2; }
-die() {
-  echo "devcluster: error: $*" >&2
-  exit 1
-}
+LOG_NAME=devcluster
+# shellcheck source=../lib/log.sh
+source "$HERE/../lib/log.sh"
 
 k8s_version() { awk '$1=="k8s.io/kubernetes" {print $2}' "$HERE/go.mod"; }
 

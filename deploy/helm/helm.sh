@@ -16,12 +16,9 @@ STAMP_FILE="$BIN_DIR/helm.stamp"
 BUILD_LOG="$BIN_DIR/build.log"
 # shellcheck source=../lib/gobuild.sh
 source "$HERE/../lib/gobuild.sh"
-
-log() { echo "helm: $*" >&2; }
-die() {
-  echo "helm: error: $*" >&2
-  exit 1
-}
+LOG_NAME=helm
+# shellcheck source=../lib/log.sh
+source "$HERE/../lib/log.sh"
 
 stamp() { (cd "$HERE/build" && cat go.mod go.sum) | sha256sum | cut -d' ' -f1; }
 

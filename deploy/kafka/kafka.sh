@@ -203,6 +203,9 @@ except Exception:
 PY
 }
 
+# `up`'s readiness: the port accepts connections and the Metadata request answers.
+broker_answers() { port_open "$HOST" "$PORT" && metadata_ok; }
+
 # --- the secure broker: certificates, users, client configs -----------------------------------
 PY_ARGS=()
 python_cmd() {
@@ -507,20 +510,11 @@ cmd_up() {
     echo "$pid" >"$PIDFILE"
     say "started pid $pid, log $LOG"
   fi
-  local deadline=$((SECONDS + START_TIMEOUT))
-  while ((SECONDS < deadline)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$LOG" >&2 || true
-      rm -f "$PIDFILE"
-      die "broker exited during start (log: $LOG)"
-    fi
-    if port_open "$HOST" "$PORT" && metadata_ok; then
-      if ((SECURE)); then provision; fi
-      echo "$BOOTSTRAP"
-      return 0
-    fi
-    sleep 0.5
-  done
+  if wait_started "$pid" "$START_TIMEOUT" 0.5 30 broker broker_answers; then
+    if ((SECURE)); then provision; fi
+    echo "$BOOTSTRAP"
+    return 0
+  fi
   tail -n 30 "$LOG" >&2 || true
   die "broker did not answer on $BOOTSTRAP within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
 }
@@ -550,17 +544,7 @@ cmd_down() {
   say "stopped"
 }
 
-cmd_status() {
-  local pid
-  if pid="$(our_pid)" && metadata_ok; then
-    echo "running $BOOTSTRAP pid $pid"
-  elif [[ -n "${pid:-}" ]]; then
-    echo "starting $BOOTSTRAP pid $pid"
-  else
-    echo "stopped"
-    return 3
-  fi
-}
+cmd_status() { report_status "$BOOTSTRAP" metadata_ok; }
 
 cmd_reset() {
   cmd_down

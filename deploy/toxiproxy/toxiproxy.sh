@@ -37,12 +37,9 @@ URL="http://$HOST:$PORT"
 source "$HERE/../lib/gobuild.sh"
 # shellcheck source=../lib/proc.sh
 source "$HERE/../lib/proc.sh"
-
-log() { echo "toxiproxy: $*" >&2; }
-die() {
-  echo "toxiproxy: error: $*" >&2
-  exit 1
-}
+LOG_NAME=toxiproxy
+# shellcheck source=../lib/log.sh
+source "$HERE/../lib/log.sh"
 
 version() { awk '$1=="github.com/Shopify/toxiproxy/v2" {print $2}' "$HERE/go.mod"; }
 
@@ -95,19 +92,10 @@ cmd_up() {
     echo "$pid" >"$PIDFILE"
     log "started pid $pid, log $LOG"
   fi
-  local deadline=$((SECONDS + START_TIMEOUT))
-  while ((SECONDS < deadline)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 20 "$LOG" >&2 || true
-      rm -f "$PIDFILE"
-      die "toxiproxy-server exited during start (log: $LOG)"
-    fi
-    if api_ok; then
-      echo "$URL"
-      return 0
-    fi
-    sleep 0.2
-  done
+  if wait_started "$pid" "$START_TIMEOUT" 0.2 20 toxiproxy-server api_ok; then
+    echo "$URL"
+    return 0
+  fi
   die "toxiproxy-server did not answer on $URL within ${START_TIMEOUT}s (log: $LOG); still running as pid $pid"
 }
 
@@ -123,17 +111,7 @@ cmd_down() {
   log "stopped"
 }
 
-cmd_status() {
-  local pid
-  if pid="$(our_pid)" && api_ok; then
-    echo "running $URL pid $pid"
-  elif [[ -n "${pid:-}" ]]; then
-    echo "starting $URL pid $pid"
-  else
-    echo "stopped"
-    return 3
-  fi
-}
+cmd_status() { report_status "$URL" api_ok; }
 
 # One command at a time per server: concurrent `up`s wait for each other.
 lock() {

@@ -40,6 +40,13 @@ def _rest(body: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in known}
 
 
+def _metric_id(body: Mapping[str, Any], selector: str) -> dict[str, Any]:
+    """v2's metric identifier from v2beta1's `metricName` and the selector field `selector`
+    names (External calls it metricSelector); unset ones are left out."""
+    metric = {"name": body.get("metricName"), "selector": body.get(selector)}
+    return {k: v for k, v in metric.items() if v is not None}
+
+
 def _metric_v2beta1_to_v2(m: Mapping[str, Any]) -> dict[str, Any]:
     kind = m.get("type")
     key = str(kind)[:1].lower() + str(kind)[1:]
@@ -59,35 +66,32 @@ def _metric_v2beta1_to_v2(m: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": kind, key: out}
     if kind == "Pods":
         body = m.get("pods") or {}
-        metric = {"name": body.get("metricName"), "selector": body.get("selector")}
         return {
             "type": kind,
             "pods": {
-                "metric": {k: v for k, v in metric.items() if v is not None},
+                "metric": _metric_id(body, "selector"),
                 "target": {"type": "AverageValue", "averageValue": body.get("targetAverageValue")},
                 **_rest(body, {"metricName", "selector", "targetAverageValue"}),
             },
         }
     if kind == "Object":
         body = m.get("object") or {}
-        metric = {"name": body.get("metricName"), "selector": body.get("selector")}
         return {
             "type": kind,
             "object": {
                 "describedObject": body.get("target"),
-                "metric": {k: v for k, v in metric.items() if v is not None},
+                "metric": _metric_id(body, "selector"),
                 "target": _v2beta1_target(body, "targetValue", "averageValue"),
                 **_rest(body, {"target", "metricName", "selector", "targetValue", "averageValue"}),
             },
         }
     if kind == "External":
         body = m.get("external") or {}
-        metric = {"name": body.get("metricName"), "selector": body.get("metricSelector")}
         known = {"metricName", "metricSelector", "targetValue", "targetAverageValue"}
         return {
             "type": kind,
             "external": {
-                "metric": {k: v for k, v in metric.items() if v is not None},
+                "metric": _metric_id(body, "metricSelector"),
                 "target": _v2beta1_target(body, "targetValue", "targetAverageValue"),
                 **_rest(body, known),
             },

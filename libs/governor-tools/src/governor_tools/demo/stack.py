@@ -284,21 +284,22 @@ class Stack:
             p.stop()
         self.procs = []
 
+    def _down(self, script: Path, timeout: float, errors: list[str]) -> None:
+        """`script down`; a failure goes to `errors`, so that the next component still stops."""
+        try:
+            self._script(script, "down", timeout)
+        except StackError as e:
+            errors.append(str(e))
+
     def stop(self) -> None:
         """Every process this stack started; safe to call twice."""
         self.stop_services()
-        errors = []
+        errors: list[str] = []
         if self.cluster_started:
-            try:
-                self._script(DEVCLUSTER_SH, "down", 90)
-            except StackError as e:
-                errors.append(str(e))
+            self._down(DEVCLUSTER_SH, 90, errors)
             self.cluster_started = False
         if self.kafka_started:
-            try:
-                self._script(KAFKA_SH, "down", 120)
-            except StackError as e:
-                errors.append(str(e))
+            self._down(KAFKA_SH, 120, errors)
             self.kafka_started = False
         if errors:
             raise StackError("; ".join(errors))

@@ -18,6 +18,12 @@ RUN_TITLES = {
     "alone": "services alone on the empty pool",
 }
 
+# The lower panel's lines per workload: the row's column (ready, requested), label and style.
+_REPLICA_STEPS: tuple[tuple[int, str, dict[str, Any]], ...] = (
+    (4, "ready", {"lw": 1.5}),
+    (2, "requested", {"ls": "--", "lw": 0.8}),
+)
+
 
 def summary_json(result: ScenarioResult) -> bytes:
     return msgspec.json.format(
@@ -70,23 +76,15 @@ def plot(result: ScenarioResult, spec: ScenarioSpec, path: Path) -> None:
                     lw=1.5,
                     color=color.get(short),
                 )
-            bottom.step(
-                ts,
-                [r[4] for r in rows],
-                where="post",
-                label=f"{short} ready",
-                lw=1.5,
-                color=color.get(short),
-            )
-            bottom.step(
-                ts,
-                [r[2] for r in rows],
-                where="post",
-                ls="--",
-                lw=0.8,
-                label=f"{short} requested",
-                color=color.get(short),
-            )
+            for col, what, style in _REPLICA_STEPS:
+                bottom.step(
+                    ts,
+                    [r[col] for r in rows],
+                    where="post",
+                    label=f"{short} {what}",
+                    color=color.get(short),
+                    **style,
+                )
         if "alone" in result.runs and name == "rebalance":
             for wl, rows2 in sorted(_ready(result.runs["alone"]).items()):
                 short = wl.rsplit("/", 1)[-1]

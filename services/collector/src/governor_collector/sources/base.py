@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
@@ -54,6 +55,18 @@ class SourceError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+def finite_number(parse: Callable[[Any], float], raw: Any, reason: str, what: str) -> float:
+    """`parse(raw)`; `SourceError(reason, "<what>, not a number")` if it cannot be parsed, or
+    "..., not a finite number" if it parses to inf or nan."""
+    try:
+        value = parse(raw)
+    except (TypeError, ValueError):
+        raise SourceError(reason, f"{what}, not a number") from None
+    if not math.isfinite(value):
+        raise SourceError(reason, f"{what}, not a finite number")
+    return value
 
 
 @dataclass(frozen=True)

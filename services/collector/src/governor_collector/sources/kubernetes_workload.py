@@ -10,7 +10,6 @@ Errors: `kube` (API errors, no client configuration), `timeout`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import aiohttp
 
@@ -34,14 +33,11 @@ class KubernetesWorkloadSource(PullSource[WorkloadSpec]):
     name = "kubernetes_workload"
     config_type = WorkloadSpec
 
-    async def _api(self) -> Any:
-        return await self.ctx.kube()
-
     async def collect(self, now: float) -> list[MetricSample]:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        api = await self._api()
+        api = await self.ctx.kube()
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 pods = await client.CoreV1Api(api).list_namespaced_pod(

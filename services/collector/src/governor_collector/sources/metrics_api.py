@@ -14,7 +14,6 @@ var is not set).
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -24,7 +23,7 @@ import msgspec
 from governor.events import MetricSample
 from governor.inventory import parse_quantity
 from governor.spec import MetricsApiSource as MetricsApiSpec
-from governor_collector.sources.base import PullSource, SourceError, register
+from governor_collector.sources.base import PullSource, SourceError, finite_number, register
 
 
 def value_at(body: Any, location: str) -> float:
@@ -39,13 +38,7 @@ def value_at(body: Any, location: str) -> float:
             raise SourceError("bad_value_location", f"{location!r}: no {part!r} in the response")
     if isinstance(node, bool) or not isinstance(node, int | float | str):
         raise SourceError("bad_value_location", f"{location!r} is {node!r}, not a number")
-    try:
-        value = parse_quantity(node)
-    except ValueError:
-        raise SourceError("bad_value_location", f"{location!r} is {node!r}, not a number") from None
-    if not math.isfinite(value):
-        raise SourceError("bad_value_location", f"{location!r} is {node!r}, not a finite number")
-    return value
+    return finite_number(parse_quantity, node, "bad_value_location", f"{location!r} is {node!r}")
 
 
 def _env(name: str | None, what: str) -> str:

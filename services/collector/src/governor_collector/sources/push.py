@@ -139,7 +139,9 @@ def decode_batch(body: bytes) -> list[MetricSample]:
     return out
 
 
-def _json(status: int, body: msgspec.Struct) -> web.Response:
+def _answer(status: int, body: msgspec.Struct) -> web.Response:
+    """The JSON response, counted in PUSH_REQUESTS by its status."""
+    metrics.PUSH_REQUESTS.labels(str(status)).inc()
     return web.Response(status=status, body=_encoder.encode(body), content_type="application/json")
 
 
@@ -185,8 +187,7 @@ async def _read_limited(request: web.Request, limit: int) -> bytes | None:
 
 def _denied(status: int, reason: str, body: PushError) -> web.Response:
     metrics.PUSH_DENIALS.labels(reason).inc()
-    metrics.PUSH_REQUESTS.labels(str(status)).inc()
-    response = _json(status, body)
+    response = _answer(status, body)
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="governor"'
     return response
@@ -258,8 +259,7 @@ def push_routes(
 
     async def handle(request: web.Request) -> web.Response:
         if callable(accepting) and not accepting():
-            metrics.PUSH_REQUESTS.labels("503").inc()
-            return _json(503, PushError("shutting_down", "the collector is stopping; retry"))
+            return _answer(503, PushError("shutting_down", "the collector is stopping; retry"))
         caller = None
         if auth is not None:
             who = await _authenticate(auth, request)
@@ -268,8 +268,7 @@ def push_routes(
             caller = who
         body = await _read_limited(request, max_body_bytes)
         if body is None:
-            metrics.PUSH_REQUESTS.labels("413").inc()
-            return _json(
+            return _answer(
                 413,
                 PushError(
                     "too_large",
@@ -280,8 +279,7 @@ def push_routes(
         try:
             samples = decode_batch(body)
         except BatchRejected as e:
-            metrics.PUSH_REQUESTS.labels(str(e.status)).inc()
-            return _json(e.status, e.body)
+            return _answer(e.status, e.body)
         if auth is not None and caller is not None:
             refused = await _authorize(auth, caller, samples)
             if refused is not None:
@@ -291,8 +289,7 @@ def push_routes(
         except Exception as e:
             log.warning("push: publishing %d samples failed: %s", len(samples), e)
             metrics.SOURCE_ERRORS.labels("push", "publish").inc()
-            metrics.PUSH_REQUESTS.labels("503").inc()
-            return _json(
+            return _answer(
                 503,
                 PushError(
                     "kafka_unavailable",
@@ -301,8 +298,7 @@ def push_routes(
             )
         hub.seen(samples)
         metrics.SAMPLES.labels("push").inc(len(samples))
-        metrics.PUSH_REQUESTS.labels("200").inc()
-        return _json(200, PushAccepted(len(samples)))
+        return _answer(200, PushAccepted(len(samples)))
 
     return [web.post("/v1/samples", handle)]
 

@@ -12,7 +12,6 @@ Errors: `unreachable`, `timeout`, `redis` (the server refused: auth, wrong type)
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -24,7 +23,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from governor.events import MetricSample
 from governor.spec import RedisSource as RedisSpec
 from governor.spec import RedisStreamsSource as RedisStreamsSpec
-from governor_collector.sources.base import PullSource, SourceContext, SourceError, register
+from governor_collector.sources.base import (
+    PullSource,
+    SourceContext,
+    SourceError,
+    finite_number,
+    register,
+)
 
 REQUEST_TIMEOUT_S = 5.0
 
@@ -74,13 +79,7 @@ def redis_error(e: RedisError, address: str) -> SourceError:
 
 
 def number(text: Any, key: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise SourceError("bad_value", f"key {key!r} holds {text!r}, not a number") from None
-    if not math.isfinite(value):
-        raise SourceError("bad_value", f"key {key!r} holds {text!r}, not a finite number")
-    return value
+    return finite_number(float, text, "bad_value", f"key {key!r} holds {text!r}")
 
 
 @register

@@ -98,9 +98,6 @@ class ResourceSource(PullSource[ResourceSpec]):
     name = "resource"
     config_type = ResourceSpec
 
-    async def _api(self) -> Any:
-        return await self.ctx.kube()
-
     async def _selector(self, api: Any) -> str:
         if self.config.selector:
             return self.config.selector
@@ -131,7 +128,7 @@ class ResourceSource(PullSource[ResourceSpec]):
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        api = await self._api()
+        api = await self.ctx.kube()
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 selector = await self._selector(api)
