@@ -37,6 +37,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from governor import bus
 from governor.events import ACTUATIONS, DECISIONS, Actuation, Reason, ScaleDecision
 from governor.kube import Kube, KubeError, connect
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -470,23 +471,14 @@ def deployment(ns: str, name: str, replicas: int = 2, **annotations: str) -> dic
 def scaling_policy(
     ns: str, name: str, target_ref: dict[str, Any], *, min_replicas: int = 1, max_replicas: int = 8
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": target_ref,
-            "minReplicas": min_replicas,
-            "maxReplicas": max_replicas,
-            "metrics": [
-                {
-                    "name": "rps",
-                    "target": {"type": "AverageValue", "averageValue": 10},
-                    "source": {"type": "push"},
-                }
-            ],
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        targetRef=target_ref,
+        minReplicas=min_replicas,
+        maxReplicas=max_replicas,
+        metrics=[average_metric(source={"type": "push"})],
+    )
 
 
 def volcano_job(ns: str, name: str) -> dict[str, Any]:

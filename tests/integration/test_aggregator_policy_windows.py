@@ -17,9 +17,9 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import views
+from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -28,18 +28,9 @@ Sizes = dict[str, float]  # window kind -> end - start
 
 
 def policy(ns: str, panic: dict[str, float]) -> events.PolicyRecord:
-    obj = {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": "web", "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": "web"},
-            "maxReplicas": 10,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": panic,
-        },
-    }
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(
+        scaling_policy_obj(ns, "web", maxReplicas=10, metrics=[average_metric()], panic=panic)
+    )
 
 
 def sizes_of(msg: events.LoadWindow) -> Sizes:

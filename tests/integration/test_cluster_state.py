@@ -39,6 +39,7 @@ from governor_collector.cluster.collector import (
     ClusterCollectorSettings,
 )
 from tests.support.crds import install_crds as install_crd_files
+from tests.support.policies import average_metric, scaling_policy_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -241,23 +242,21 @@ class Env:
 
     # workloads and policies ---------------------------------------------------------------
     def policy(self, name: str, kind: str, api_version: str, **spec: Any) -> dict[str, Any]:
-        ref = {"kind": kind, "name": name, "apiVersion": api_version}
-        ref.update(spec.pop("ref", {}))
-        return {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {
-                "targetRef": ref,
-                "minReplicas": 1,
-                "maxReplicas": 8,
-                "pool": self.pool,
-                "metrics": [
-                    {"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}
-                ],
-                **spec,
+        return scaling_policy_obj(
+            self.ns,
+            name,
+            targetRef={
+                "kind": kind,
+                "name": name,
+                "apiVersion": api_version,
+                **spec.pop("ref", {}),
             },
-        }
+            minReplicas=1,
+            maxReplicas=8,
+            pool=self.pool,
+            metrics=[average_metric(average=100)],
+            **spec,
+        )
 
 
 @pytest.fixture(scope="module")

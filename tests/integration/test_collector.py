@@ -45,6 +45,7 @@ from governor_collector.scheduler import Scheduler
 from governor_collector.sources import SourceContext, SourceError, SourceTarget
 from governor_collector.sources.kafka_lag import KafkaLagSource
 from tests.fixtures.prometheus import PrometheusServer
+from tests.support.policies import scaling_policy_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -167,16 +168,13 @@ async def running_collector(bootstrap: str, **over: Any) -> AsyncIterator[Collec
 
 def policy(name: str, workload_name: str, metrics: list[dict[str, Any]]) -> ScalingPolicy:
     return policy_from_obj(
-        {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": "itest"},
-            "spec": {
-                "targetRef": {"kind": "Deployment", "name": workload_name},
-                "maxReplicas": 10,
-                "metrics": metrics,
-            },
-        }
+        scaling_policy_obj(
+            "itest",
+            name,
+            targetRef={"kind": "Deployment", "name": workload_name},
+            maxReplicas=10,
+            metrics=metrics,
+        )
     )
 
 

@@ -28,6 +28,7 @@ from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
 from tests.support.cluster import instant_cluster
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import Service, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,29 +40,25 @@ KILL_AT = 100  # event second at which one decider is killed
 
 
 def policy_obj(ns: str, name: str, pool: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": name},
-            "minReplicas": 1,
-            "maxReplicas": 60,
-            "pool": pool,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": {"windowSeconds": 6, "stableWindowSeconds": 60},
-            # Event time runs minutes behind the wall clock here: not stale.
-            "fallback": {"staleAfterSeconds": 3600, "replicas": 1},
-            # No damping that time alone could release: a decision is a function of its input.
-            "behavior": {
-                "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 0,
-                    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
-                },
+    return scaling_policy_obj(
+        ns,
+        name,
+        minReplicas=1,
+        maxReplicas=60,
+        pool=pool,
+        metrics=[average_metric()],
+        panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        # Event time runs minutes behind the wall clock here: not stale.
+        fallback={"staleAfterSeconds": 3600, "replicas": 1},
+        # No damping that time alone could release: a decision is a function of its input.
+        behavior={
+            "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
             },
         },
-    }
+    )
 
 
 def load_at(t: int, i: int) -> float:

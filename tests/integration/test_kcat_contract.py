@@ -27,6 +27,7 @@ from governor.bus import Producer
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from tests.support.ci import unavailable
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -79,22 +80,13 @@ def run(command: str) -> str:
 def policy(namespace: str) -> events.PolicyRecord:
     return events.PolicyRecord(
         policy=policy_from_obj(
-            {
-                "apiVersion": "governor.dev/v1alpha1",
-                "kind": "ScalingPolicy",
-                "metadata": {"name": "web", "namespace": namespace},
-                "spec": {
-                    "targetRef": {"kind": "Deployment", "name": "web"},
-                    "minReplicas": 1,
-                    "maxReplicas": 20,
-                    "metrics": [
-                        {
-                            "name": "queue_depth",
-                            "target": {"type": "AverageValue", "averageValue": 10},
-                        }
-                    ],
-                },
-            }
+            scaling_policy_obj(
+                namespace,
+                "web",
+                minReplicas=1,
+                maxReplicas=20,
+                metrics=[average_metric("queue_depth")],
+            )
         )
     )
 

@@ -59,7 +59,6 @@ from governor import events
 from governor.bus import Consumer, Producer
 from governor.kube import Kube
 from governor.policy.actuation import ANN_SEQ
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from tests.fixtures.prometheus_stack import governor_prometheus, short_for_copy, wait_until
 from tests.integration.test_actuator_kit import (
@@ -71,6 +70,7 @@ from tests.integration.test_actuator_kit import (
     install_base_rbac,
     service_account_kubeconfig,
 )
+from tests.support.policies import policy_record, scaling_policy_obj
 from tests.support.procs import Service, free_port, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -111,16 +111,11 @@ GiB = float(2**30)
 
 
 def _policy_obj(ns: str, name: str, pool: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"minReplicas": 1, "pool": pool, **spec},
-    }
+    return scaling_policy_obj(ns, name, **{"minReplicas": 1, "pool": pool, **spec})
 
 
 def _policy(obj: dict[str, Any]) -> events.PolicyRecord:
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(obj)
 
 
 def dashboard_queries() -> list[tuple[str, str, str, str]]:

@@ -32,6 +32,7 @@ from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_decider import journal
 from tests.support.cluster import instant_cluster
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,21 +51,17 @@ def load_at(t: int) -> float:
 
 
 def policy_obj(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": name},
-            "minReplicas": 1,
-            "maxReplicas": 30,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": {"windowSeconds": 6, "stableWindowSeconds": 60},
-            # Event time runs up to 4 minutes behind the wall clock here: not stale.
-            "fallback": {"staleAfterSeconds": 3600, "replicas": 1},
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        minReplicas=1,
+        maxReplicas=30,
+        metrics=[average_metric()],
+        panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        # Event time runs up to 4 minutes behind the wall clock here: not stale.
+        fallback={"staleAfterSeconds": 3600, "replicas": 1},
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 30}},
+    )
 
 
 async def _drain(

@@ -25,6 +25,7 @@ from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, PoolPlan, plan
 from governor.quotas import PodGroup, Queue, ResourceQuota
 from tests.support.crds import install_crds
+from tests.support.policies import average_metric, scaling_policy_obj
 
 pytestmark = pytest.mark.integration
 
@@ -97,24 +98,17 @@ def pod(
 def policy(
     ns: str, name: str, kind: str, api_version: str, pool: str, **spec: Any
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1", "generation": 1},
-        "spec": {
-            "targetRef": {
-                "kind": kind,
-                "name": name,
-                "apiVersion": api_version,
-                **spec.pop("ref", {}),
-            },
-            "minReplicas": 1,
-            "maxReplicas": 50,
-            "pool": pool,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}],
-            **spec,
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        metadata={"resourceVersion": "1", "generation": 1},
+        targetRef={"kind": kind, "name": name, "apiVersion": api_version, **spec.pop("ref", {})},
+        minReplicas=1,
+        maxReplicas=50,
+        pool=pool,
+        metrics=[average_metric(average=100)],
+        **spec,
+    )
 
 
 async def add_node(kube: Kube, name: str, pool: str, cpu: str = "64") -> None:
