@@ -11,18 +11,13 @@ import pytest
 from aiohttp import web
 
 from governor.spec import MetricsApiSource as ApiSpec
-from governor.spec import TargetRef
-from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
+from governor_collector.sources import SourceError
 from tests.support.procs import free_port
+from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
 
-TARGET = SourceTarget(
-    workload="keda/Deployment/dummy",
-    metric="tasks",
-    namespace="keda",
-    target_ref=TargetRef(kind="Deployment", name="dummy"),
-)
+TARGET = deployment_target("keda", "dummy", "tasks")
 
 
 class Api:
@@ -56,12 +51,7 @@ async def api() -> AsyncIterator[tuple[Api, str]]:
 
 
 async def collect(spec: ApiSpec) -> float:
-    ctx = SourceContext()
-    try:
-        (sample,) = await create_source(TARGET, spec, ctx).collect(1.0)
-        return sample.value
-    finally:
-        await ctx.close()
+    return (await collect_one(TARGET, spec, 1.0)).value
 
 
 async def test_value_at_a_path_number_or_quantity(api: tuple[Api, str]) -> None:
