@@ -70,7 +70,7 @@ from tests.integration.test_actuator_kit import (
     install_base_rbac,
     service_account_kubeconfig,
 )
-from tests.support.policies import policy_record, scaling_policy_obj
+from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import Service, free_port, governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -277,15 +277,13 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     ]
     for node in nodes:
         await producer.send(events.CLUSTER, node)
-    target = {"type": "AverageValue", "averageValue": 10}
     policies = [
         _policy_obj(
             ns,
             "web",
             pool,
-            targetRef={"kind": "Deployment", "name": "web"},
             maxReplicas=20,
-            metrics=[{"name": "rps", "target": target}],
+            metrics=[average_metric()],
             panic={"windowSeconds": 6, "stableWindowSeconds": 60},
         ),
         # A Shadow of web asking for twice as many: the shadow panel's series.
@@ -295,7 +293,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             pool,
             targetRef={"kind": "Deployment", "name": "web"},
             maxReplicas=20,
-            metrics=[{"name": "rps", "target": {"type": "AverageValue", "averageValue": 5}}],
+            metrics=[average_metric(average=5)],
             mode="Shadow",
         ),
         _policy_obj(
@@ -310,25 +308,22 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             },
             maxReplicas=8,
             elastic={"floor": 1},
-            metrics=[{"name": "queue", "target": target}],
+            metrics=[average_metric("queue")],
         ),
         _policy_obj(
             ns,
             "frozen",
             pool,
-            targetRef={"kind": "Deployment", "name": "frozen"},
             maxReplicas=4,
             metrics=[
-                {
-                    "name": "rps",
-                    "target": target,
-                    "source": {
+                average_metric(
+                    source={
                         "type": "prometheus",
                         "serverAddress": prom.url,
                         "query": "sum(governor_observability_test_no_such_metric)",
                         "intervalSeconds": 1,
-                    },
-                }
+                    }
+                )
             ],
         ),
     ]
@@ -361,9 +356,11 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     for wl in (web, train):
         await producer.send(events.WORKLOADS, state(wl, 1))
 
-    aggregator = governor_service(
+    def service(name: str, settings: dict[str, str], port: int) -> Service:
+        return governor_service(name, bootstrap, settings, tmp_path / f"{name}.log", port=port)
+
+    aggregator = service(
         "aggregator",
-        bootstrap,
         {
             "APP_ID": f"agg-{unique_suffix}",
             "DATA_DIR": str(tmp_path / "agg"),
@@ -371,27 +368,20 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "METRICS_TOPIC": metrics_topic.name,
             "LOAD_TOPIC": load_topic.name,
         },
-        tmp_path / "aggregator.log",
-        port=agg_port,
+        agg_port,
     )
-    decider = governor_service(
+    decider = service(
         "decider",
-        bootstrap,
         {
             "GROUP_ID": f"dec-{unique_suffix}",
             "LOAD_TOPIC": load_topic.name,
             "RECOMMENDATIONS_TOPIC": recommendations_topic.name,
             "DECISIONS_TOPIC": decisions_topic.name,
         },
-        tmp_path / "decider.log",
-        port=dec_port,
+        dec_port,
     )
-    collector = governor_service(
-        "collector",
-        bootstrap,
-        {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name},
-        tmp_path / "collector.log",
-        port=col_port,
+    collector = service(
+        "collector", {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name}, col_port
     )
     actuator_config = tmp_path / "actuator.yaml"
     actuator_config.write_text(
@@ -420,9 +410,8 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         for t in (events.POLICIES, events.WORKLOADS, events.CLUSTER)
     ]
     await ensure_topics(bootstrap, cc_topics)
-    cluster_collector = governor_service(
+    cluster_collector = service(
         "cluster-collector",
-        bootstrap,
         {
             "KUBECONFIG": str(kubeconfig_path),
             "POLICIES_TOPIC": cc_topics[0].name,
@@ -432,8 +421,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "LEASE_NAME": f"obs-{unique_suffix}",
             "LEASE_NAMESPACE": ns,
         },
-        tmp_path / "cluster-collector.log",
-        port=cc_port,
+        cc_port,
     )
     services = [aggregator, decider, collector, actuator, cluster_collector]
 
@@ -516,23 +504,20 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         # --- 1 + 2: every dashboard query and every alert expression has this run's data ------
         queries = [(d, t, r, _fill(e, ns, pool)) for d, t, r, e in dashboard_queries()]
         assert len(queries) >= 30
-        alert_parts = alert_queries()
+        # Each panel query and each alert's query, by the key its problem is reported under.
+        checks: list[tuple[tuple[str, ...], str]] = [
+            ((dash, title, ref), expr) for dash, title, ref, expr in queries
+        ]
+        checks += [
+            (("alert", alert, labels.get("stage", labels.get("source", "")), expr), expr)
+            for alert, labels, expr in alert_queries()
+        ]
         pending: dict[tuple[str, ...], str] = {}
 
         def check_all() -> dict[tuple[str, ...], str]:
             problems: dict[tuple[str, ...], str] = {}
-            for dash, title, ref, expr in queries:
+            for key, expr in checks:
                 ok, result = prom.try_query(expr)
-                key = (dash, title, ref)
-                if not ok:
-                    problems[key] = f"error: {result}"
-                elif not result:
-                    problems[key] = "no data"
-                elif why := _labels_ok(expr, result, ns, pool):  # type: ignore[arg-type]
-                    problems[key] = why
-            for alert, labels, expr in alert_parts:
-                ok, result = prom.try_query(expr)
-                key = ("alert", alert, labels.get("stage", labels.get("source", "")), expr)
                 if not ok:
                     problems[key] = f"error: {result}"
                 elif not result:
