@@ -36,7 +36,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from governor import bus
 from governor.events import ACTUATIONS, DECISIONS, Actuation, Reason, ScaleDecision
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
+from tests.fixtures.kube import governor_kube
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import free_port
 
@@ -434,13 +435,9 @@ class ActuatorProcess:
 
 @pytest_asyncio.fixture(scope="module")
 async def admin(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        kube = Kube(api)
+    async with governor_kube(kubeconfig_path) as kube:
         await install_crds(kube)
         yield kube
-    finally:
-        await api.close()
 
 
 @pytest.fixture(scope="module")

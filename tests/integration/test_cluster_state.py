@@ -32,12 +32,13 @@ from prometheus_client import REGISTRY
 from governor.bus import records_to_end, topic_partitions
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
 from governor.topics import ensure_topics
 from governor_collector.cluster.collector import (
     ClusterCollector,
     ClusterCollectorSettings,
 )
+from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds as install_crd_files
 from tests.support.policies import average_metric, scaling_policy_obj
 
@@ -261,13 +262,9 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
-    api = await connect(str(kubeconfig_path))
-    try:
-        k = Kube(api)
-        await install_crds(k)
-        yield k
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        await install_crds(kube)
+        yield kube
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from governor.kube import Kube, connect
+from governor.kube import Kube
+from tests.fixtures.kube import governor_kube
 from tests.integration.test_actuator_kit import create_namespace, service_account_kubeconfig
 from tests.integration.test_collector import (
     TopicReader,
@@ -140,11 +141,8 @@ async def test_push_auth_with_a_tokens_file(kafka_bootstrap: str, tmp_path: Path
 
 @pytest_asyncio.fixture(scope="module")
 async def kube_admin(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        yield Kube(api)
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        yield kube
 
 
 async def sa_token(kube: Kube, namespace: str, name: str) -> str:
