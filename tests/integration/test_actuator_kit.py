@@ -220,14 +220,8 @@ async def _assert_allowed(kube: Kube, namespace: str) -> None:
     assert review["status"].get("allowed"), review["status"]
 
 
-async def service_account_kubeconfig(
-    kube: Kube,
-    admin_kubeconfig: Path,
-    out: Path,
-    namespace: str = SYSTEM_NS,
-    name: str = ACTUATOR_SA,
-) -> Path:
-    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
+async def service_account_token(kube: Kube, namespace: str, name: str) -> str:
+    """A token of the ServiceAccount, valid for an hour (a TokenRequest)."""
     tr = await kube.request(
         "POST",
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
@@ -237,6 +231,18 @@ async def service_account_kubeconfig(
             "spec": {"audiences": [], "expirationSeconds": 3600},
         },
     )
+    return str(tr["status"]["token"])
+
+
+async def service_account_kubeconfig(
+    kube: Kube,
+    admin_kubeconfig: Path,
+    out: Path,
+    namespace: str = SYSTEM_NS,
+    name: str = ACTUATOR_SA,
+) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
+    token = await service_account_token(kube, namespace, name)
     admin = yaml.safe_load(admin_kubeconfig.read_text())  # noqa: ASYNC240
     cluster = dict(admin["clusters"][0]["cluster"])
     ca = cluster.get("certificate-authority")
@@ -246,7 +252,7 @@ async def service_account_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "test", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": tr["status"]["token"]}}],
+        "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "test", "user": name}}],
         "current-context": "sa",
     }

@@ -8,7 +8,6 @@ changes the sizes of every window published after the aggregator took it, and ne
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from governor.topics import ensure_topics
 from governor.windows import views
 from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import governor_service
+from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -72,9 +72,7 @@ async def test_the_policy_sizes_the_windows_live(
 ) -> None:
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
-    metrics = dataclasses.replace(events.METRICS, name=f"pw-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"pw-load-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics, load])
+    metrics, load = await run_topics(bootstrap, "pw", unique_suffix, events.METRICS, events.LOAD)
     ns = f"pw-{unique_suffix}"
     web, other = f"{ns}/Deployment/web", f"{ns}/Deployment/other"  # `other` has no policy
     producer = Producer(bootstrap)

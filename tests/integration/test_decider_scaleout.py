@@ -13,7 +13,6 @@ Both deciders run with the same group id and nothing else in common. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +29,7 @@ from governor_decider import journal
 from tests.support.cluster import instant_cluster
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import Service, governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,11 +118,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
     sfx = unique_suffix
-    metrics = dataclasses.replace(events.METRICS, name=f"so-metrics-{sfx}")
-    load = dataclasses.replace(events.LOAD, name=f"so-load-{sfx}")
-    recs = dataclasses.replace(events.RECOMMENDATIONS, name=f"so-recs-{sfx}")
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"so-decisions-{sfx}")
-    await ensure_topics(bootstrap, [metrics, load, recs, decisions_topic])
+    metrics, load, recs, decisions_topic = await run_topics(bootstrap, "so", sfx, *PIPELINE)
     ns = f"so-{sfx}"
     names = [f"w{i}" for i in range(WORKLOADS)]
     ours = {f"{ns}/Deployment/{n}" for n in names}

@@ -43,7 +43,6 @@ expressions untouched. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import re
@@ -72,6 +71,7 @@ from tests.integration.test_actuator_kit import (
 )
 from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import Service, free_port, governor_service
+from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -211,18 +211,21 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
 
     # Topics of this run alone: another aggregator or decider on the shared broker never sees
     # this run's samples or windows, and the actuator sees only this run's decisions.
-    metrics_topic = dataclasses.replace(events.METRICS, name=f"obs-metrics-{unique_suffix}")
-    load_topic = dataclasses.replace(events.LOAD, name=f"obs-load-{unique_suffix}")
-    recommendations_topic = dataclasses.replace(
-        events.RECOMMENDATIONS, name=f"obs-recommendations-{unique_suffix}"
-    )
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"obs-decisions-{unique_suffix}")
-    actuations_topic = dataclasses.replace(
-        events.ACTUATIONS, name=f"obs-actuations-{unique_suffix}"
-    )
-    await ensure_topics(
+    (
+        metrics_topic,
+        load_topic,
+        recommendations_topic,
+        decisions_topic,
+        actuations_topic,
+    ) = await run_topics(
         bootstrap,
-        [metrics_topic, load_topic, recommendations_topic, decisions_topic, actuations_topic],
+        "obs",
+        unique_suffix,
+        events.METRICS,
+        events.LOAD,
+        events.RECOMMENDATIONS,
+        events.DECISIONS,
+        events.ACTUATIONS,
     )
 
     # --- the API server: the actuator's RBAC in `ns` only, web's Deployment, the policies ------
@@ -405,11 +408,9 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     )
     # A cluster collector for its own metrics (the leader Lease's alerts): its tables go to
     # topics of this run alone, since the test plays the cluster on the shared ones.
-    cc_topics = [
-        dataclasses.replace(t, name=f"obs-{t.name}-{unique_suffix}")
-        for t in (events.POLICIES, events.WORKLOADS, events.CLUSTER)
-    ]
-    await ensure_topics(bootstrap, cc_topics)
+    cc_topics = await run_topics(
+        bootstrap, "obs", unique_suffix, events.POLICIES, events.WORKLOADS, events.CLUSTER
+    )
     cluster_collector = service(
         "cluster-collector",
         {

@@ -14,7 +14,6 @@ and restarted. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -34,6 +33,7 @@ from governor_decider import journal
 from tests.support.cluster import instant_cluster
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -122,11 +122,9 @@ async def test_samples_to_decisions_end_to_end(
     await ensure_topics(bootstrap)
     # Samples and windows on topics of this run alone: any other aggregator on the shared broker
     # (a benchmark, another test) consumes governor.metrics and publishes to governor.load too.
-    metrics_topic = dataclasses.replace(events.METRICS, name=f"e2e-metrics-{unique_suffix}")
-    load_topic = dataclasses.replace(events.LOAD, name=f"e2e-load-{unique_suffix}")
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"e2e-decisions-{unique_suffix}")
-    recs_topic = dataclasses.replace(events.RECOMMENDATIONS, name=f"e2e-recs-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic, recs_topic])
+    metrics_topic, load_topic, recs_topic, decisions_topic = await run_topics(
+        bootstrap, "e2e", unique_suffix, *PIPELINE
+    )
     ns = f"e2e-{unique_suffix}"
     wl_push, wl_direct = f"{ns}/Deployment/pushed", f"{ns}/Deployment/direct"
     ours = {wl_push, wl_direct}
