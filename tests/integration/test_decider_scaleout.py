@@ -23,10 +23,9 @@ import pytest
 from governor import events
 from governor.bus import Consumer, Producer
 from governor.ownership import partition_of
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
-from tests.support.cluster import instant_cluster
+from tests.support.cluster import InstantClusterTask, publish_deployment
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import Service, governor_service
 from tests.support.topics import PIPELINE, run_topics
@@ -133,17 +132,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     await producer.start()
     for i, name in enumerate(names):
         pool = pools[i % len(pools)]
-        rec = events.PolicyRecord(policy=policy_from_obj(policy_obj(ns, name, pool)))
-        await producer.send(events.POLICIES, rec)
-        await producer.send(
-            events.WORKLOADS,
-            events.WorkloadState(
-                workload=f"{ns}/Deployment/{name}",
-                spec_replicas=1,
-                ready_replicas=1,
-                observed_at=time.time(),
-            ),
-        )
+        await publish_deployment(producer, policy_obj(ns, name, pool))
 
     aggregators = [
         governor_service(
@@ -180,11 +169,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     for s in services:
         s.start()
 
-    decisions_seen: list[events.ScaleDecision] = []
-    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
-    await follow.start()
-
-    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
+    cluster = await InstantClusterTask.start(bootstrap, decisions_topic, producer, ours)
     killed, survivor = deciders
     killed_at = 0.0
     try:
@@ -256,8 +241,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
         )
         await asyncio.sleep(5)  # the last recommendations through stage 2
     finally:
-        cluster_task.cancel()
-        await follow.stop()
+        await cluster.stop()
         for s in services:
             s.stop()
         for name in names:

@@ -26,11 +26,10 @@ from aiokafka import AIOKafkaConsumer
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_decider import journal
-from tests.support.cluster import instant_cluster
+from tests.support.cluster import InstantClusterTask, publish_deployment
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
 from tests.support.topics import PIPELINE, run_topics
@@ -132,18 +131,7 @@ async def test_samples_to_decisions_end_to_end(
     producer = Producer(bootstrap)
     await producer.start()
     for name in ("pushed", "direct"):
-        await producer.send(
-            events.POLICIES, events.PolicyRecord(policy=policy_from_obj(policy_obj(ns, name)))
-        )
-        await producer.send(
-            events.WORKLOADS,
-            events.WorkloadState(
-                workload=f"{ns}/Deployment/{name}",
-                spec_replicas=1,
-                ready_replicas=1,
-                observed_at=time.time(),
-            ),
-        )
+        await publish_deployment(producer, policy_obj(ns, name))
 
     journal_path = tmp_path / "decider.journal"
     aggregator = governor_service(
@@ -177,11 +165,7 @@ async def test_samples_to_decisions_end_to_end(
         s.start()
 
     # The cluster: follow every decision for our workloads at once (ready immediately).
-    decisions_seen: list[events.ScaleDecision] = []
-    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
-    await follow.start()
-
-    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
+    cluster = await InstantClusterTask.start(bootstrap, decisions_topic, producer, ours)
     await _until_aggregating(
         bootstrap, producer, f"{ns}/Deployment/warmup", metrics_topic, load_topic
     )
@@ -221,8 +205,7 @@ async def test_samples_to_decisions_end_to_end(
                 await asyncio.sleep(1.0 / PACE)
         await asyncio.sleep(8)
     finally:
-        cluster_task.cancel()
-        await follow.stop()
+        await cluster.stop()
         for s in services:
             s.stop()
         for name in ("pushed", "direct"):
