@@ -12,7 +12,7 @@ from aiohttp import web
 
 from governor.spec import MetricsApiSource as ApiSpec
 from governor_collector.sources import SourceError
-from tests.support.procs import free_port
+from tests.support.http import serving
 from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
@@ -40,14 +40,8 @@ async def api() -> AsyncIterator[tuple[Api, str]]:
     state = Api()
     app = web.Application()
     app.router.add_get("/stats", state.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield state, f"http://127.0.0.1:{port}/stats"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield state, f"{url}/stats"
 
 
 async def collect(spec: ApiSpec) -> float:
