@@ -13,12 +13,16 @@ from governor.topics import ensure_topics
 async def run_topics(
     bootstrap: str, prefix: str, suffix: str, *topics: Topic[Any]
 ) -> list[Topic[Any]]:
-    """Copies of `topics` named `<prefix>-<name>-<suffix>`, created on `bootstrap`, in order.
+    """Copies of `topics` named `<prefix>-<short name>-<suffix>` (`rb-metrics-1a2b` for
+    governor.metrics), created on `bootstrap`, in order.
 
     Any other service on a shared broker (a benchmark, another test's aggregator or decider)
     consumes and publishes the governor.* topics too; a run's own copies keep its records apart.
     """
-    ours = [dataclasses.replace(t, name=f"{prefix}-{t.name}-{suffix}") for t in topics]
+    ours = [
+        dataclasses.replace(t, name=f"{prefix}-{t.name.removeprefix('governor.')}-{suffix}")
+        for t in topics
+    ]
     await ensure_topics(bootstrap, ours)
     return ours
 
