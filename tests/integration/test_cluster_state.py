@@ -194,6 +194,23 @@ class Env:
         )
 
     # pods ---------------------------------------------------------------------------------
+    async def add_web(self, replicas: int, template: dict[str, Any]) -> None:
+        """The Deployment `web` (selecting app=web) of `replicas` pods of `template`."""
+        await create(
+            self.kube,
+            "apps/v1",
+            "deployments",
+            {
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": template,
+                },
+            },
+            namespace=self.ns,
+        )
+
     async def add_pod(
         self,
         name: str,
@@ -494,20 +511,7 @@ async def build_cluster(e: Env) -> None:
             ],
         },
     }
-    await create(
-        k,
-        "apps/v1",
-        "deployments",
-        {
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": template,
-            },
-        },
-        namespace=e.ns,
-    )
+    await e.add_web(3, template)
     worker_template = {
         "spec": {
             "containers": [
@@ -833,22 +837,12 @@ async def test_invalid_policies_never_reach_the_topic(env: Env) -> None:
     """Invalid policies are stopped by the CRD's validation (the first layer); should one get
     through (an older CRD), governor's own validation drops it (counted, not published)."""
     e = env
-    await create(
-        e.kube,
-        "apps/v1",
-        "deployments",
+    await e.add_web(
+        1,
         {
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "m", "image": "x"}]},
-                },
-            },
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "m", "image": "x"}]},
         },
-        namespace=e.ns,
     )
     good = e.policy("good", "Deployment", "apps/v1")
     invalid: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
