@@ -7,6 +7,7 @@ still equals `governor.windows` over all the samples — nothing lost to the mov
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -17,26 +18,17 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.events import Topic
+from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from tests.support.procs import Service, governor_service
-from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture
-async def topics(kafka_bootstrap: str, unique_suffix: str) -> list[Topic[Any]]:
-    """Metrics and load topics of this run alone: other aggregators on a shared broker read
-    governor.metrics too."""
-    return await run_topics(kafka_bootstrap, "rb", unique_suffix, events.METRICS, events.LOAD)
-
-
-def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, topics: list[Topic[Any]]) -> Service:
-    metrics, load = topics
+def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, suffix: str) -> Service:
     settings = {
-        "METRICS_TOPIC": metrics.name,
-        "LOAD_TOPIC": load.name,
+        "METRICS_TOPIC": f"rb-metrics-{suffix}",
+        "LOAD_TOPIC": f"rb-load-{suffix}",
         "APP_ID": app_id,
         "DATA_DIR": str(tmp / name),
     }
@@ -71,13 +63,16 @@ async def _play(
 
 
 async def test_windows_survive_a_rebalance(
-    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str, topics: list[Topic[Any]]
+    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    metrics, load = topics
+    # Topics of this run alone: other aggregators on a shared broker read governor.metrics too.
+    metrics = dataclasses.replace(events.METRICS, name=f"rb-metrics-{unique_suffix}")
+    load = dataclasses.replace(events.LOAD, name=f"rb-load-{unique_suffix}")
+    await ensure_topics(kafka_bootstrap, [metrics, load])
     app_id = f"agg-rebalance-{unique_suffix}"
     workloads = [f"rb-{unique_suffix}/Deployment/w{i}" for i in range(12)]
-    a = _worker(app_id, tmp_path, "a", kafka_bootstrap, topics).start()
-    b = _worker(app_id, tmp_path, "b", kafka_bootstrap, topics)
+    a = _worker(app_id, tmp_path, "a", kafka_bootstrap, unique_suffix).start()
+    b = _worker(app_id, tmp_path, "b", kafka_bootstrap, unique_suffix)
     t0 = time.time() - 400
     try:
         sent = await _play(kafka_bootstrap, metrics, workloads, t0,
@@ -142,17 +137,19 @@ def test_first_seen_in_order_rejects_an_older_new_window() -> None:
 
 
 async def test_a_killed_worker_loses_no_window(
-    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str, topics: list[Topic[Any]]
+    kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
     # SIGKILL mid-run, checkpoints every second: load records sent and not acked, table values
     # written and offsets not committed. The next owner replays from the committed offsets; every
     # closed window is still on the load topic, and each workload's windows in order.
-    metrics, load = topics
+    metrics = dataclasses.replace(events.METRICS, name=f"rb-metrics-{unique_suffix}")
+    load = dataclasses.replace(events.LOAD, name=f"rb-load-{unique_suffix}")
+    await ensure_topics(kafka_bootstrap, [metrics, load])
     app_id = f"agg-kill-{unique_suffix}"
     workloads = [f"kill-{unique_suffix}/Deployment/w{i}" for i in range(12)]
 
     def worker(name: str) -> Service:
-        s = _worker(app_id, tmp_path, name, kafka_bootstrap, topics)
+        s = _worker(app_id, tmp_path, name, kafka_bootstrap, unique_suffix)
         s.env["GOVERNOR_AGGREGATOR_CHECKPOINT_INTERVAL_MS"] = "1000"
         # The group moves the killed member's partitions after this long, not faust's 60 s.
         s.env["GOVERNOR_AGGREGATOR_SESSION_TIMEOUT_SECONDS"] = "10"
