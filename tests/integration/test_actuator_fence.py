@@ -11,10 +11,11 @@ import pytest
 import pytest_asyncio
 
 from governor.cores.actuator import fence_lost
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
 from governor.policy.actuation import ANN_SEQ
 from governor_actuator.actuator import Actuator
 from governor_actuator.config import ActuatorSettings
+from tests.fixtures.kube import governor_kube
 from tests.integration.test_actuator_kit import (
     admin,  # noqa: F401 - fixture
     create_namespace,
@@ -41,11 +42,8 @@ async def ns(admin: Kube) -> str:  # noqa: F811
 
 @pytest_asyncio.fixture(scope="module")
 async def second_client(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        yield Kube(api)
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        yield kube
 
 
 async def test_failed_test_op_is_a_recognised_422(admin: Kube, ns: str) -> None:  # noqa: F811

@@ -36,7 +36,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from governor import bus
 from governor.events import ACTUATIONS, DECISIONS, Actuation, Reason, ScaleDecision
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
+from tests.fixtures.kube import governor_kube
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,14 +220,8 @@ async def _assert_allowed(kube: Kube, namespace: str) -> None:
     assert review["status"].get("allowed"), review["status"]
 
 
-async def service_account_kubeconfig(
-    kube: Kube,
-    admin_kubeconfig: Path,
-    out: Path,
-    namespace: str = SYSTEM_NS,
-    name: str = ACTUATOR_SA,
-) -> Path:
-    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
+async def service_account_token(kube: Kube, namespace: str, name: str) -> str:
+    """A token of the ServiceAccount, valid for an hour (a TokenRequest)."""
     tr = await kube.request(
         "POST",
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
@@ -235,6 +231,18 @@ async def service_account_kubeconfig(
             "spec": {"audiences": [], "expirationSeconds": 3600},
         },
     )
+    return str(tr["status"]["token"])
+
+
+async def service_account_kubeconfig(
+    kube: Kube,
+    admin_kubeconfig: Path,
+    out: Path,
+    namespace: str = SYSTEM_NS,
+    name: str = ACTUATOR_SA,
+) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
+    token = await service_account_token(kube, namespace, name)
     admin = yaml.safe_load(admin_kubeconfig.read_text())  # noqa: ASYNC240
     cluster = dict(admin["clusters"][0]["cluster"])
     ca = cluster.get("certificate-authority")
@@ -244,7 +252,7 @@ async def service_account_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "test", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": tr["status"]["token"]}}],
+        "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "test", "user": name}}],
         "current-context": "sa",
     }
@@ -433,13 +441,9 @@ class ActuatorProcess:
 
 @pytest_asyncio.fixture(scope="module")
 async def admin(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        kube = Kube(api)
+    async with governor_kube(kubeconfig_path) as kube:
         await install_crds(kube)
         yield kube
-    finally:
-        await api.close()
 
 
 @pytest.fixture(scope="module")
@@ -470,23 +474,14 @@ def deployment(ns: str, name: str, replicas: int = 2, **annotations: str) -> dic
 def scaling_policy(
     ns: str, name: str, target_ref: dict[str, Any], *, min_replicas: int = 1, max_replicas: int = 8
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": target_ref,
-            "minReplicas": min_replicas,
-            "maxReplicas": max_replicas,
-            "metrics": [
-                {
-                    "name": "rps",
-                    "target": {"type": "AverageValue", "averageValue": 10},
-                    "source": {"type": "push"},
-                }
-            ],
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        targetRef=target_ref,
+        minReplicas=min_replicas,
+        maxReplicas=max_replicas,
+        metrics=[average_metric(source={"type": "push"})],
+    )
 
 
 def volcano_job(ns: str, name: str) -> dict[str, Any]:

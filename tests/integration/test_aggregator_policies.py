@@ -14,10 +14,10 @@ from governor import events
 from governor.bus import Producer
 from governor.cores.aggregator import AggregatorCore
 from governor.kafka_security import KafkaSecurity
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.window_sizes import WindowSettings
 from governor_aggregator.policies import PolicyFollower
+from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 
 pytestmark = pytest.mark.integration
 
@@ -25,18 +25,15 @@ POLICIES = 300
 
 
 def policy(ns: str, name: str) -> events.PolicyRecord:
-    obj = {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": name},
-            "maxReplicas": 10,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": {"windowSeconds": 4, "stableWindowSeconds": 30},
-        },
-    }
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(
+        scaling_policy_obj(
+            ns,
+            name,
+            maxReplicas=10,
+            metrics=[average_metric()],
+            panic={"windowSeconds": 4, "stableWindowSeconds": 30},
+        )
+    )
 
 
 async def test_ready_only_once_the_table_is_in_the_core(

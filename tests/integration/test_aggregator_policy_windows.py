@@ -8,7 +8,6 @@ changes the sizes of every window published after the aggregator took it, and ne
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +16,11 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import views
+from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import governor_service
+from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,18 +28,9 @@ Sizes = dict[str, float]  # window kind -> end - start
 
 
 def policy(ns: str, panic: dict[str, float]) -> events.PolicyRecord:
-    obj = {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": "web", "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": "web"},
-            "maxReplicas": 10,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": panic,
-        },
-    }
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(
+        scaling_policy_obj(ns, "web", maxReplicas=10, metrics=[average_metric()], panic=panic)
+    )
 
 
 def sizes_of(msg: events.LoadWindow) -> Sizes:
@@ -81,9 +72,7 @@ async def test_the_policy_sizes_the_windows_live(
 ) -> None:
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
-    metrics = dataclasses.replace(events.METRICS, name=f"pw-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"pw-load-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics, load])
+    metrics, load = await run_topics(bootstrap, "pw", unique_suffix, events.METRICS, events.LOAD)
     ns = f"pw-{unique_suffix}"
     web, other = f"{ns}/Deployment/web", f"{ns}/Deployment/other"  # `other` has no policy
     producer = Producer(bootstrap)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -41,40 +42,43 @@ def renamed(topic: events.Topic[Any], prefix: str, **changes: Any) -> events.Top
     return dataclasses.replace(topic, name=f"{prefix}.{topic.name}", **changes)
 
 
-async def read_raw(bootstrap: str, name: str, n: int, within_s: float = 30) -> list[Any]:
-    """The first n records of partition 0 of `name`, raw."""
+@contextlib.asynccontextmanager
+async def from_start(
+    bootstrap: str, name: str, partitions: int = 1
+) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition]]]:
+    """A raw consumer of no group on the first `partitions` partitions of `name`, at their
+    beginning."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
     try:
-        tp = TopicPartition(name, 0)
-        c.assign([tp])
-        await c.seek_to_beginning(tp)
+        tps = [TopicPartition(name, i) for i in range(partitions)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        yield c, tps
+    finally:
+        await c.stop()
+
+
+async def read_raw(bootstrap: str, name: str, n: int, within_s: float = 30) -> list[Any]:
+    """The first n records of partition 0 of `name`, raw."""
+    async with from_start(bootstrap, name) as (c, (tp,)):
         out: list[Any] = []
         deadline = time.monotonic() + within_s
         while len(out) < n and time.monotonic() < deadline:
             for records in (await c.getmany(tp, timeout_ms=500)).values():
                 out += records
         return out
-    finally:
-        await c.stop()
 
 
 async def read_all_raw(bootstrap: str, name: str) -> list[Any]:
     """Every record of partition 0 of `name` up to its current end."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await c.start()
-    try:
-        tp = TopicPartition(name, 0)
-        c.assign([tp])
-        await c.seek_to_beginning(tp)
+    async with from_start(bootstrap, name) as (c, (tp,)):
         end = (await c.end_offsets([tp]))[tp]
         out: list[Any] = []
         while await c.position(tp) < end:
             for records in (await c.getmany(tp, timeout_ms=500)).values():
                 out += records
         return out
-    finally:
-        await c.stop()
 
 
 async def consume_until(
@@ -124,12 +128,8 @@ async def test_every_event_type_round_trips(kafka_bootstrap: str, unique_suffix:
             await p.send(t, value)
             sent[t.name] = value
 
-    c = Consumer(kafka_bootstrap, topics, group_id=f"rt-{unique_suffix}")
-    await c.start()
-    try:
+    async with Consumer(kafka_bootstrap, topics, group_id=f"rt-{unique_suffix}") as c:
         got = await consume_until(c, lambda g: len(g) >= len(topics))
-    finally:
-        await c.stop()
     assert len(got) == len(topics)
     for m in got:
         t = next(t for t in topics if t.name == m.topic)
@@ -204,12 +204,8 @@ async def test_bad_messages_go_to_the_dlq_and_the_good_ones_are_processed(
         if m.value.workload == "ns/Deployment/poison":
             raise RuntimeError("the handler cannot take this one")
 
-    c = Consumer(kafka_bootstrap, [t], group_id=f"dlq-{unique_suffix}")
-    await c.start()
-    try:
+    async with Consumer(kafka_bootstrap, [t], group_id=f"dlq-{unique_suffix}") as c:
         got = await consume_until(c, lambda g: len(g) >= n_good_total, handler=handler)
-    finally:
-        await c.stop()
     # the valid messages around the bad ones, in order (the poison one went to the DLQ)
     assert [m.value for m in got] == [*good, tail]
 
@@ -234,12 +230,8 @@ async def test_bad_messages_go_to_the_dlq_and_the_good_ones_are_processed(
         assert dead_letters(t.name, reason) - before.get(reason, 0.0) == n, reason
 
     # committed past the bad ones: a new consumer of the group gets nothing more
-    c2 = Consumer(kafka_bootstrap, [t], group_id=f"dlq-{unique_suffix}")
-    await c2.start()
-    try:
+    async with Consumer(kafka_bootstrap, [t], group_id=f"dlq-{unique_suffix}") as c2:
         assert await c2.client.committed(TopicPartition(t.name, 0)) == offset + 1
-    finally:
-        await c2.stop()
 
 
 # --- compacted tables -----------------------------------------------------------------------------
@@ -406,11 +398,18 @@ async def test_no_acknowledged_message_is_lost_across_a_broker_restart(
 # --- committed offsets ----------------------------------------------------------------------------
 
 
+@pytest.fixture
+async def one_partition(kafka_bootstrap: str, unique_suffix: str) -> events.Topic[Any]:
+    """A decisions topic of this test alone, of one partition: its offsets are one sequence."""
+    t = renamed(events.DECISIONS, f"test.offsets.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+    return t
+
+
 async def test_a_restarted_consumer_resumes_from_its_committed_offset(
-    kafka_bootstrap: str, unique_suffix: str
+    kafka_bootstrap: str, unique_suffix: str, one_partition: events.Topic[Any]
 ) -> None:
-    t = renamed(events.DECISIONS, f"test.resume.{unique_suffix}", partitions=1)
-    await ensure_topics(bootstrap := kafka_bootstrap, [t])
+    t, bootstrap = one_partition, kafka_bootstrap
     group = f"resume-{unique_suffix}"
 
     def decision(i: int) -> events.ScaleDecision:
@@ -445,13 +444,9 @@ async def test_a_restarted_consumer_resumes_from_its_committed_offset(
     await first.stop()
     assert handled == list(range(40))
 
-    second = Consumer(bootstrap, [t], group_id=group)
-    await second.start()
-    try:
+    async with Consumer(bootstrap, [t], group_id=group) as second:
         assert await second.client.committed(TopicPartition(t.name, 0)) == 40
         got = await consume_until(second, lambda g: len(g) >= 60)
-    finally:
-        await second.stop()
     assert [m.value.seq for m in got] == list(range(40, 100))
     assert got[0].offset == 40
 
@@ -464,21 +459,17 @@ def _decision() -> events.ScaleDecision:
 
 
 async def test_a_new_member_commits_where_it_starts_before_handling_anything(
-    kafka_bootstrap: str, unique_suffix: str
+    kafka_bootstrap: str, unique_suffix: str, one_partition: events.Topic[Any]
 ) -> None:
     # A member killed before its first commit of processed offsets must not restart at the
     # group's reset point again (with `latest`, what was published meanwhile is never read).
-    t = renamed(events.DECISIONS, f"test.start.{unique_suffix}", partitions=1)
-    await ensure_topics(kafka_bootstrap, [t])
-    d = _decision()
+    t, d = one_partition, _decision()
     async with Producer(kafka_bootstrap) as p:
         for _ in range(5):
             await p.publish(t, d)
         await p.flush()
     tp = TopicPartition(t.name, 0)
-    c = Consumer(kafka_bootstrap, [t], group_id=f"start-{unique_suffix}")
-    await c.start()
-    try:
+    async with Consumer(kafka_bootstrap, [t], group_id=f"start-{unique_suffix}") as c:
         got: list[Message[Any]] = []
         for _ in range(30):
             got += await c.poll(1000)
@@ -486,18 +477,14 @@ async def test_a_new_member_commits_where_it_starts_before_handling_anything(
                 break
         # poll() commits nothing itself: this is the start, committed on the first fetch
         assert got and await c.client.committed(tp) == got[0].offset == 0
-    finally:
-        await c.stop()
 
 
 async def test_a_latest_member_killed_before_its_first_fetch_loses_nothing(
-    kafka_bootstrap: str, unique_suffix: str
+    kafka_bootstrap: str, unique_suffix: str, one_partition: events.Topic[Any]
 ) -> None:
     # A `latest` member (the decider) can die while its assignment hook still runs, before any
     # fetch: its successor must read what was published since, not start at a later end.
-    t = renamed(events.DECISIONS, f"test.reset.{unique_suffix}", partitions=1)
-    await ensure_topics(kafka_bootstrap, [t])
-    d = _decision()
+    t, d = one_partition, _decision()
     async with Producer(kafka_bootstrap) as p:
         for _ in range(3):  # before the group existed: `latest` skips these
             await p.publish(t, d)
@@ -522,12 +509,8 @@ async def test_a_latest_member_killed_before_its_first_fetch_loses_nothing(
         for _ in range(4):
             await p.publish(t, d)
         await p.flush()
-    second = Consumer(kafka_bootstrap, [t], group_id=group, auto_offset_reset="latest")
-    await second.start()
-    try:
+    async with Consumer(kafka_bootstrap, [t], group_id=group, auto_offset_reset="latest") as second:
         got = await consume_until(second, lambda g: len(g) >= 4)
-    finally:
-        await second.stop()
     assert [m.offset for m in got] == [3, 4, 5, 6]
 
 
@@ -615,9 +598,7 @@ async def test_poll_and_commit_and_batches_dead_letter_only_the_failing_message(
 
     # poll() + commit(): what poll returned counts as processed
     group = f"batches-{unique_suffix}"
-    c = Consumer(kafka_bootstrap, [t], group_id=group, max_poll_records=5)
-    await c.start()
-    try:
+    async with Consumer(kafka_bootstrap, [t], group_id=group, max_poll_records=5) as c:
         got: list[Message[Any]] = []
         while len(got) < 5:
             got += await c.poll(timeout_ms=1000)
@@ -625,8 +606,6 @@ async def test_poll_and_commit_and_batches_dead_letter_only_the_failing_message(
         n_polled = len(got)
         assert [m.value.start for m in got] == list(range(n_polled))
         assert n_polled < 13
-    finally:
-        await c.stop()
 
     # run_batches(): a batch whose handler fails is retried one by one; only #13 is dead
     handled: list[int] = []
@@ -691,19 +670,12 @@ async def test_publish_many_lands_where_publish_does_in_the_same_order(
         return out
 
     async def read(name: str) -> list[Any]:
-        c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
-        await c.start()
-        try:
-            tps = [TopicPartition(name, i) for i in range(3)]
-            c.assign(tps)
-            await c.seek_to_beginning(*tps)
+        async with from_start(kafka_bootstrap, name, partitions=3) as (c, _):
             out: list[Any] = []
             while len(out) < len(values):
                 for records in (await c.getmany(timeout_ms=500)).values():
                     out += records
             return out
-        finally:
-            await c.stop()
 
     expected, got = by_partition(await read(one.name)), by_partition(await read(many.name))
     assert got == expected

@@ -32,13 +32,15 @@ from prometheus_client import REGISTRY
 from governor.bus import records_to_end, topic_partitions
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DEVICE_JOINT_ALLOCATE, PRIORITY_FROM_ANNOTATION
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
 from governor.topics import ensure_topics
 from governor_collector.cluster.collector import (
     ClusterCollector,
     ClusterCollectorSettings,
 )
+from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds as install_crd_files
+from tests.support.policies import average_metric, scaling_policy_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -192,6 +194,23 @@ class Env:
         )
 
     # pods ---------------------------------------------------------------------------------
+    async def add_web(self, replicas: int, template: dict[str, Any]) -> None:
+        """The Deployment `web` (selecting app=web) of `replicas` pods of `template`."""
+        await create(
+            self.kube,
+            "apps/v1",
+            "deployments",
+            {
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": template,
+                },
+            },
+            namespace=self.ns,
+        )
+
     async def add_pod(
         self,
         name: str,
@@ -241,34 +260,28 @@ class Env:
 
     # workloads and policies ---------------------------------------------------------------
     def policy(self, name: str, kind: str, api_version: str, **spec: Any) -> dict[str, Any]:
-        ref = {"kind": kind, "name": name, "apiVersion": api_version}
-        ref.update(spec.pop("ref", {}))
-        return {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {
-                "targetRef": ref,
-                "minReplicas": 1,
-                "maxReplicas": 8,
-                "pool": self.pool,
-                "metrics": [
-                    {"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}
-                ],
-                **spec,
+        return scaling_policy_obj(
+            self.ns,
+            name,
+            targetRef={
+                "kind": kind,
+                "name": name,
+                "apiVersion": api_version,
+                **spec.pop("ref", {}),
             },
-        }
+            minReplicas=1,
+            maxReplicas=8,
+            pool=self.pool,
+            metrics=[average_metric(average=100)],
+            **spec,
+        )
 
 
 @pytest.fixture(scope="module")
 async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
-    api = await connect(str(kubeconfig_path))
-    try:
-        k = Kube(api)
-        await install_crds(k)
-        yield k
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        await install_crds(kube)
+        yield kube
 
 
 @pytest.fixture
@@ -498,20 +511,7 @@ async def build_cluster(e: Env) -> None:
             ],
         },
     }
-    await create(
-        k,
-        "apps/v1",
-        "deployments",
-        {
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": template,
-            },
-        },
-        namespace=e.ns,
-    )
+    await e.add_web(3, template)
     worker_template = {
         "spec": {
             "containers": [
@@ -837,22 +837,12 @@ async def test_invalid_policies_never_reach_the_topic(env: Env) -> None:
     """Invalid policies are stopped by the CRD's validation (the first layer); should one get
     through (an older CRD), governor's own validation drops it (counted, not published)."""
     e = env
-    await create(
-        e.kube,
-        "apps/v1",
-        "deployments",
+    await e.add_web(
+        1,
         {
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "m", "image": "x"}]},
-                },
-            },
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "m", "image": "x"}]},
         },
-        namespace=e.ns,
     )
     good = e.policy("good", "Deployment", "apps/v1")
     invalid: list[tuple[str, Callable[[dict[str, Any]], None]]] = [

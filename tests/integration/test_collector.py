@@ -45,6 +45,7 @@ from governor_collector.scheduler import Scheduler
 from governor_collector.sources import SourceContext, SourceError, SourceTarget
 from governor_collector.sources.kafka_lag import KafkaLagSource
 from tests.fixtures.prometheus import PrometheusServer
+from tests.support.policies import scaling_policy_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -167,16 +168,13 @@ async def running_collector(bootstrap: str, **over: Any) -> AsyncIterator[Collec
 
 def policy(name: str, workload_name: str, metrics: list[dict[str, Any]]) -> ScalingPolicy:
     return policy_from_obj(
-        {
-            "apiVersion": "governor.dev/v1alpha1",
-            "kind": "ScalingPolicy",
-            "metadata": {"name": name, "namespace": "itest"},
-            "spec": {
-                "targetRef": {"kind": "Deployment", "name": workload_name},
-                "maxReplicas": 10,
-                "metrics": metrics,
-            },
-        }
+        scaling_policy_obj(
+            "itest",
+            name,
+            targetRef={"kind": "Deployment", "name": workload_name},
+            maxReplicas=10,
+            metrics=metrics,
+        )
     )
 
 
@@ -653,17 +651,15 @@ async def test_entry_point_sigterm_flushes_accepted_pushes(kafka_bootstrap: str)
     metrics_topic = f"test.collector.metrics.{uid()}"
     policies_topic = f"test.collector.policies.{uid()}"
     await make_topics(kafka_bootstrap, metrics_topic, policies_topic)
-    from tests.support.procs import free_port
+    from tests.support.procs import free_port, service_env
 
     port = free_port()
-    env = {
-        **os.environ,
-        "GOVERNOR_COLLECTOR_KAFKA__BOOTSTRAP": kafka_bootstrap,
-        "GOVERNOR_COLLECTOR_HTTP_HOST": "127.0.0.1",
-        "GOVERNOR_COLLECTOR_HTTP_PORT": str(port),
-        "GOVERNOR_COLLECTOR_METRICS_TOPIC": metrics_topic,
-        "GOVERNOR_COLLECTOR_POLICIES_TOPIC": policies_topic,
+    settings = {
+        "HTTP_HOST": "127.0.0.1",
+        "METRICS_TOPIC": metrics_topic,
+        "POLICIES_TOPIC": policies_topic,
     }
+    env = {**os.environ, **service_env("collector", kafka_bootstrap, settings, port)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -13,7 +13,6 @@ Both deciders run with the same group id and nothing else in common. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -24,11 +23,12 @@ import pytest
 from governor import events
 from governor.bus import Consumer, Producer
 from governor.ownership import partition_of
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
-from tests.support.cluster import instant_cluster
+from tests.support.cluster import InstantClusterTask, publish_deployment
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import Service, governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,29 +39,25 @@ KILL_AT = 100  # event second at which one decider is killed
 
 
 def policy_obj(ns: str, name: str, pool: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": name},
-            "minReplicas": 1,
-            "maxReplicas": 60,
-            "pool": pool,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": {"windowSeconds": 6, "stableWindowSeconds": 60},
-            # Event time runs minutes behind the wall clock here: not stale.
-            "fallback": {"staleAfterSeconds": 3600, "replicas": 1},
-            # No damping that time alone could release: a decision is a function of its input.
-            "behavior": {
-                "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 0,
-                    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
-                },
+    return scaling_policy_obj(
+        ns,
+        name,
+        minReplicas=1,
+        maxReplicas=60,
+        pool=pool,
+        metrics=[average_metric()],
+        panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        # Event time runs minutes behind the wall clock here: not stale.
+        fallback={"staleAfterSeconds": 3600, "replicas": 1},
+        # No damping that time alone could release: a decision is a function of its input.
+        behavior={
+            "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
             },
         },
-    }
+    )
 
 
 def load_at(t: int, i: int) -> float:
@@ -121,11 +117,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     bootstrap = kafka_bootstrap
     await ensure_topics(bootstrap)
     sfx = unique_suffix
-    metrics = dataclasses.replace(events.METRICS, name=f"so-metrics-{sfx}")
-    load = dataclasses.replace(events.LOAD, name=f"so-load-{sfx}")
-    recs = dataclasses.replace(events.RECOMMENDATIONS, name=f"so-recs-{sfx}")
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"so-decisions-{sfx}")
-    await ensure_topics(bootstrap, [metrics, load, recs, decisions_topic])
+    metrics, load, recs, decisions_topic = await run_topics(bootstrap, "so", sfx, *PIPELINE)
     ns = f"so-{sfx}"
     names = [f"w{i}" for i in range(WORKLOADS)]
     ours = {f"{ns}/Deployment/{n}" for n in names}
@@ -140,17 +132,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     await producer.start()
     for i, name in enumerate(names):
         pool = pools[i % len(pools)]
-        rec = events.PolicyRecord(policy=policy_from_obj(policy_obj(ns, name, pool)))
-        await producer.send(events.POLICIES, rec)
-        await producer.send(
-            events.WORKLOADS,
-            events.WorkloadState(
-                workload=f"{ns}/Deployment/{name}",
-                spec_replicas=1,
-                ready_replicas=1,
-                observed_at=time.time(),
-            ),
-        )
+        await publish_deployment(producer, policy_obj(ns, name, pool))
 
     aggregators = [
         governor_service(
@@ -187,11 +169,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
     for s in services:
         s.start()
 
-    decisions_seen: list[events.ScaleDecision] = []
-    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
-    await follow.start()
-
-    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
+    cluster = await InstantClusterTask.start(bootstrap, decisions_topic, producer, ours)
     killed, survivor = deciders
     killed_at = 0.0
     try:
@@ -263,8 +241,7 @@ async def test_two_deciders_share_the_work_and_hand_it_over_on_sigkill(
         )
         await asyncio.sleep(5)  # the last recommendations through stage 2
     finally:
-        cluster_task.cancel()
-        await follow.stop()
+        await cluster.stop()
         for s in services:
             s.stop()
         for name in names:

@@ -27,7 +27,9 @@ from governor.bus import Producer
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from tests.support.ci import unavailable
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -79,22 +81,13 @@ def run(command: str) -> str:
 def policy(namespace: str) -> events.PolicyRecord:
     return events.PolicyRecord(
         policy=policy_from_obj(
-            {
-                "apiVersion": "governor.dev/v1alpha1",
-                "kind": "ScalingPolicy",
-                "metadata": {"name": "web", "namespace": namespace},
-                "spec": {
-                    "targetRef": {"kind": "Deployment", "name": "web"},
-                    "minReplicas": 1,
-                    "maxReplicas": 20,
-                    "metrics": [
-                        {
-                            "name": "queue_depth",
-                            "target": {"type": "AverageValue", "averageValue": 10},
-                        }
-                    ],
-                },
-            }
+            scaling_policy_obj(
+                namespace,
+                "web",
+                minReplicas=1,
+                maxReplicas=20,
+                metrics=[average_metric("queue_depth")],
+            )
         )
     )
 
@@ -105,12 +98,10 @@ async def test_kcat_samples_give_decisions_and_a_malformed_line_a_dead_letter(
     if shutil.which("kcat") is None:
         unavailable("kcat is not on PATH (apt-get install kcat; deploy/components.sh ensure)")
     commands = doc_commands()
-    metrics = dataclasses.replace(events.METRICS, name=f"kcat-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"kcat-load-{unique_suffix}")
-    recs = dataclasses.replace(events.RECOMMENDATIONS, name=f"kcat-recs-{unique_suffix}")
-    decisions = dataclasses.replace(events.DECISIONS, name=f"kcat-decisions-{unique_suffix}")
     await ensure_topics(kafka_bootstrap)
-    await ensure_topics(kafka_bootstrap, [metrics, load, recs, decisions])
+    metrics, load, recs, decisions = await run_topics(
+        kafka_bootstrap, "kcat", unique_suffix, *PIPELINE
+    )
     namespace = f"kcat-{unique_suffix}"
     place = Place(
         kafka_bootstrap,

@@ -36,9 +36,10 @@ import pytest_asyncio
 from governor import events
 from governor.bus import Producer
 from governor.kafka_security import ENV_CA_FILE, ENV_PASSWORD_FILE, ENV_PROTOCOL, ENV_USERNAME
-from governor.kube import Kube, connect
+from governor.kube import Kube
 from governor_tools.aggregation import serving_pair
 from tests.fixtures.kafka_secure import SecureBroker
+from tests.fixtures.kube import governor_kube
 from tests.integration.test_actuator_kit import (
     BASE,
     SYSTEM_NS,
@@ -165,11 +166,8 @@ async def mounted_config(kube: Kube, service: str, config_text: str, root: Path)
 
 @pytest_asyncio.fixture
 async def admin(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        yield Kube(api)
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        yield kube
 
 
 async def ready_deployment(kube: Kube, ns: str, name: str) -> None:

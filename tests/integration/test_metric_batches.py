@@ -5,7 +5,6 @@ has that sample alone dead-lettered, with its index."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from pathlib import Path
 
@@ -16,10 +15,10 @@ from aiokafka import AIOKafkaConsumer
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
 from governor.metric_records import Partitions, batch_key, encode_batch
-from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_collector.kafka import BusPublisher
 from tests.support.procs import governor_service
+from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,9 +40,9 @@ async def _records(bootstrap: str, topic: str, want: int, within_s: float = 60.0
 async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    metrics = dataclasses.replace(events.METRICS, name=f"mb-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"mb-load-{unique_suffix}")
-    await ensure_topics(kafka_bootstrap, [metrics, load])
+    metrics, load = await run_topics(
+        kafka_bootstrap, "mb", unique_suffix, events.METRICS, events.LOAD
+    )
     agg = governor_service(
         "aggregator",
         kafka_bootstrap,

@@ -43,7 +43,6 @@ expressions untouched. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import re
@@ -59,7 +58,6 @@ from governor import events
 from governor.bus import Consumer, Producer
 from governor.kube import Kube
 from governor.policy.actuation import ANN_SEQ
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from tests.fixtures.prometheus_stack import governor_prometheus, short_for_copy, wait_until
 from tests.integration.test_actuator_kit import (
@@ -71,7 +69,9 @@ from tests.integration.test_actuator_kit import (
     install_base_rbac,
     service_account_kubeconfig,
 )
+from tests.support.policies import average_metric, policy_record, scaling_policy_obj
 from tests.support.procs import Service, free_port, governor_service
+from tests.support.topics import run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -111,16 +111,11 @@ GiB = float(2**30)
 
 
 def _policy_obj(ns: str, name: str, pool: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"minReplicas": 1, "pool": pool, **spec},
-    }
+    return scaling_policy_obj(ns, name, **{"minReplicas": 1, "pool": pool, **spec})
 
 
 def _policy(obj: dict[str, Any]) -> events.PolicyRecord:
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(obj)
 
 
 def dashboard_queries() -> list[tuple[str, str, str, str]]:
@@ -216,18 +211,21 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
 
     # Topics of this run alone: another aggregator or decider on the shared broker never sees
     # this run's samples or windows, and the actuator sees only this run's decisions.
-    metrics_topic = dataclasses.replace(events.METRICS, name=f"obs-metrics-{unique_suffix}")
-    load_topic = dataclasses.replace(events.LOAD, name=f"obs-load-{unique_suffix}")
-    recommendations_topic = dataclasses.replace(
-        events.RECOMMENDATIONS, name=f"obs-recommendations-{unique_suffix}"
-    )
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"obs-decisions-{unique_suffix}")
-    actuations_topic = dataclasses.replace(
-        events.ACTUATIONS, name=f"obs-actuations-{unique_suffix}"
-    )
-    await ensure_topics(
+    (
+        metrics_topic,
+        load_topic,
+        recommendations_topic,
+        decisions_topic,
+        actuations_topic,
+    ) = await run_topics(
         bootstrap,
-        [metrics_topic, load_topic, recommendations_topic, decisions_topic, actuations_topic],
+        "obs",
+        unique_suffix,
+        events.METRICS,
+        events.LOAD,
+        events.RECOMMENDATIONS,
+        events.DECISIONS,
+        events.ACTUATIONS,
     )
 
     # --- the API server: the actuator's RBAC in `ns` only, web's Deployment, the policies ------
@@ -282,15 +280,13 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     ]
     for node in nodes:
         await producer.send(events.CLUSTER, node)
-    target = {"type": "AverageValue", "averageValue": 10}
     policies = [
         _policy_obj(
             ns,
             "web",
             pool,
-            targetRef={"kind": "Deployment", "name": "web"},
             maxReplicas=20,
-            metrics=[{"name": "rps", "target": target}],
+            metrics=[average_metric()],
             panic={"windowSeconds": 6, "stableWindowSeconds": 60},
         ),
         # A Shadow of web asking for twice as many: the shadow panel's series.
@@ -300,7 +296,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             pool,
             targetRef={"kind": "Deployment", "name": "web"},
             maxReplicas=20,
-            metrics=[{"name": "rps", "target": {"type": "AverageValue", "averageValue": 5}}],
+            metrics=[average_metric(average=5)],
             mode="Shadow",
         ),
         _policy_obj(
@@ -315,25 +311,22 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             },
             maxReplicas=8,
             elastic={"floor": 1},
-            metrics=[{"name": "queue", "target": target}],
+            metrics=[average_metric("queue")],
         ),
         _policy_obj(
             ns,
             "frozen",
             pool,
-            targetRef={"kind": "Deployment", "name": "frozen"},
             maxReplicas=4,
             metrics=[
-                {
-                    "name": "rps",
-                    "target": target,
-                    "source": {
+                average_metric(
+                    source={
                         "type": "prometheus",
                         "serverAddress": prom.url,
                         "query": "sum(governor_observability_test_no_such_metric)",
                         "intervalSeconds": 1,
-                    },
-                }
+                    }
+                )
             ],
         ),
     ]
@@ -366,9 +359,11 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     for wl in (web, train):
         await producer.send(events.WORKLOADS, state(wl, 1))
 
-    aggregator = governor_service(
+    def service(name: str, settings: dict[str, str], port: int) -> Service:
+        return governor_service(name, bootstrap, settings, tmp_path / f"{name}.log", port=port)
+
+    aggregator = service(
         "aggregator",
-        bootstrap,
         {
             "APP_ID": f"agg-{unique_suffix}",
             "DATA_DIR": str(tmp_path / "agg"),
@@ -376,27 +371,20 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "METRICS_TOPIC": metrics_topic.name,
             "LOAD_TOPIC": load_topic.name,
         },
-        tmp_path / "aggregator.log",
-        port=agg_port,
+        agg_port,
     )
-    decider = governor_service(
+    decider = service(
         "decider",
-        bootstrap,
         {
             "GROUP_ID": f"dec-{unique_suffix}",
             "LOAD_TOPIC": load_topic.name,
             "RECOMMENDATIONS_TOPIC": recommendations_topic.name,
             "DECISIONS_TOPIC": decisions_topic.name,
         },
-        tmp_path / "decider.log",
-        port=dec_port,
+        dec_port,
     )
-    collector = governor_service(
-        "collector",
-        bootstrap,
-        {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name},
-        tmp_path / "collector.log",
-        port=col_port,
+    collector = service(
+        "collector", {"HTTP_HOST": "127.0.0.1", "METRICS_TOPIC": metrics_topic.name}, col_port
     )
     actuator_config = tmp_path / "actuator.yaml"
     actuator_config.write_text(
@@ -420,14 +408,11 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
     )
     # A cluster collector for its own metrics (the leader Lease's alerts): its tables go to
     # topics of this run alone, since the test plays the cluster on the shared ones.
-    cc_topics = [
-        dataclasses.replace(t, name=f"obs-{t.name}-{unique_suffix}")
-        for t in (events.POLICIES, events.WORKLOADS, events.CLUSTER)
-    ]
-    await ensure_topics(bootstrap, cc_topics)
-    cluster_collector = governor_service(
+    cc_topics = await run_topics(
+        bootstrap, "obs", unique_suffix, events.POLICIES, events.WORKLOADS, events.CLUSTER
+    )
+    cluster_collector = service(
         "cluster-collector",
-        bootstrap,
         {
             "KUBECONFIG": str(kubeconfig_path),
             "POLICIES_TOPIC": cc_topics[0].name,
@@ -437,8 +422,7 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
             "LEASE_NAME": f"obs-{unique_suffix}",
             "LEASE_NAMESPACE": ns,
         },
-        tmp_path / "cluster-collector.log",
-        port=cc_port,
+        cc_port,
     )
     services = [aggregator, decider, collector, actuator, cluster_collector]
 
@@ -521,23 +505,20 @@ async def test_dashboards_and_alerts_on_a_real_prometheus(
         # --- 1 + 2: every dashboard query and every alert expression has this run's data ------
         queries = [(d, t, r, _fill(e, ns, pool)) for d, t, r, e in dashboard_queries()]
         assert len(queries) >= 30
-        alert_parts = alert_queries()
+        # Each panel query and each alert's query, by the key its problem is reported under.
+        checks: list[tuple[tuple[str, ...], str]] = [
+            ((dash, title, ref), expr) for dash, title, ref, expr in queries
+        ]
+        checks += [
+            (("alert", alert, labels.get("stage", labels.get("source", "")), expr), expr)
+            for alert, labels, expr in alert_queries()
+        ]
         pending: dict[tuple[str, ...], str] = {}
 
         def check_all() -> dict[tuple[str, ...], str]:
             problems: dict[tuple[str, ...], str] = {}
-            for dash, title, ref, expr in queries:
+            for key, expr in checks:
                 ok, result = prom.try_query(expr)
-                key = (dash, title, ref)
-                if not ok:
-                    problems[key] = f"error: {result}"
-                elif not result:
-                    problems[key] = "no data"
-                elif why := _labels_ok(expr, result, ns, pool):  # type: ignore[arg-type]
-                    problems[key] = why
-            for alert, labels, expr in alert_parts:
-                ok, result = prom.try_query(expr)
-                key = ("alert", alert, labels.get("stage", labels.get("source", "")), expr)
                 if not ok:
                     problems[key] = f"error: {result}"
                 elif not result:

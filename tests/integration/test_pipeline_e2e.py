@@ -14,7 +14,6 @@ and restarted. Then:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -27,12 +26,13 @@ from aiokafka import AIOKafkaConsumer
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from governor_decider import journal
-from tests.support.cluster import instant_cluster
+from tests.support.cluster import InstantClusterTask, publish_deployment
+from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,21 +50,17 @@ def load_at(t: int) -> float:
 
 
 def policy_obj(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "targetRef": {"kind": "Deployment", "name": name},
-            "minReplicas": 1,
-            "maxReplicas": 30,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}],
-            "panic": {"windowSeconds": 6, "stableWindowSeconds": 60},
-            # Event time runs up to 4 minutes behind the wall clock here: not stale.
-            "fallback": {"staleAfterSeconds": 3600, "replicas": 1},
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        minReplicas=1,
+        maxReplicas=30,
+        metrics=[average_metric()],
+        panic={"windowSeconds": 6, "stableWindowSeconds": 60},
+        # Event time runs up to 4 minutes behind the wall clock here: not stale.
+        fallback={"staleAfterSeconds": 3600, "replicas": 1},
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 30}},
+    )
 
 
 async def _drain(
@@ -125,11 +121,9 @@ async def test_samples_to_decisions_end_to_end(
     await ensure_topics(bootstrap)
     # Samples and windows on topics of this run alone: any other aggregator on the shared broker
     # (a benchmark, another test) consumes governor.metrics and publishes to governor.load too.
-    metrics_topic = dataclasses.replace(events.METRICS, name=f"e2e-metrics-{unique_suffix}")
-    load_topic = dataclasses.replace(events.LOAD, name=f"e2e-load-{unique_suffix}")
-    decisions_topic = dataclasses.replace(events.DECISIONS, name=f"e2e-decisions-{unique_suffix}")
-    recs_topic = dataclasses.replace(events.RECOMMENDATIONS, name=f"e2e-recs-{unique_suffix}")
-    await ensure_topics(bootstrap, [metrics_topic, load_topic, decisions_topic, recs_topic])
+    metrics_topic, load_topic, recs_topic, decisions_topic = await run_topics(
+        bootstrap, "e2e", unique_suffix, *PIPELINE
+    )
     ns = f"e2e-{unique_suffix}"
     wl_push, wl_direct = f"{ns}/Deployment/pushed", f"{ns}/Deployment/direct"
     ours = {wl_push, wl_direct}
@@ -137,18 +131,7 @@ async def test_samples_to_decisions_end_to_end(
     producer = Producer(bootstrap)
     await producer.start()
     for name in ("pushed", "direct"):
-        await producer.send(
-            events.POLICIES, events.PolicyRecord(policy=policy_from_obj(policy_obj(ns, name)))
-        )
-        await producer.send(
-            events.WORKLOADS,
-            events.WorkloadState(
-                workload=f"{ns}/Deployment/{name}",
-                spec_replicas=1,
-                ready_replicas=1,
-                observed_at=time.time(),
-            ),
-        )
+        await publish_deployment(producer, policy_obj(ns, name))
 
     journal_path = tmp_path / "decider.journal"
     aggregator = governor_service(
@@ -182,11 +165,7 @@ async def test_samples_to_decisions_end_to_end(
         s.start()
 
     # The cluster: follow every decision for our workloads at once (ready immediately).
-    decisions_seen: list[events.ScaleDecision] = []
-    follow = Consumer(bootstrap, [decisions_topic], group_id=None, check_keys=False)
-    await follow.start()
-
-    cluster_task = asyncio.create_task(instant_cluster(follow, producer, ours, decisions_seen))
+    cluster = await InstantClusterTask.start(bootstrap, decisions_topic, producer, ours)
     await _until_aggregating(
         bootstrap, producer, f"{ns}/Deployment/warmup", metrics_topic, load_topic
     )
@@ -226,8 +205,7 @@ async def test_samples_to_decisions_end_to_end(
                 await asyncio.sleep(1.0 / PACE)
         await asyncio.sleep(8)
     finally:
-        cluster_task.cancel()
-        await follow.stop()
+        await cluster.stop()
         for s in services:
             s.stop()
         for name in ("pushed", "direct"):

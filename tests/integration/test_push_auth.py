@@ -18,8 +18,13 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from governor.kube import Kube, connect
-from tests.integration.test_actuator_kit import create_namespace, service_account_kubeconfig
+from governor.kube import Kube
+from tests.fixtures.kube import governor_kube
+from tests.integration.test_actuator_kit import (
+    create_namespace,
+    service_account_kubeconfig,
+    service_account_token,
+)
 from tests.integration.test_collector import (
     TopicReader,
     gauge,
@@ -140,11 +145,8 @@ async def test_push_auth_with_a_tokens_file(kafka_bootstrap: str, tmp_path: Path
 
 @pytest_asyncio.fixture(scope="module")
 async def kube_admin(kubeconfig_path: Path) -> AsyncIterator[Kube]:
-    api = await connect(kubeconfig_path)
-    try:
-        yield Kube(api)
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        yield kube
 
 
 async def sa_token(kube: Kube, namespace: str, name: str) -> str:
@@ -154,16 +156,7 @@ async def sa_token(kube: Kube, namespace: str, name: str) -> str:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
         namespace=namespace,
     )
-    tr = await kube.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"audiences": [], "expirationSeconds": 3600},
-        },
-    )
-    return str(tr["status"]["token"])
+    return await service_account_token(kube, namespace, name)
 
 
 async def install_push_rbac(kube: Kube, collector_ns: str, app_ns: str, app_sa: str) -> None:

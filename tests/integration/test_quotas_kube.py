@@ -20,16 +20,19 @@ import pytest
 from governor.cores.cluster import ClusterCore, Watched
 from governor.events import NodeState, QueueState, QuotaState, Recommendation, WorkloadState
 from governor.inventory import Node, Pod
-from governor.kube import Kube, KubeError, connect
+from governor.kube import Kube, KubeError
 from governor.policy.quotas import constraints
 from governor.policy.rebalance import Member, PoolPlan, plan
 from governor.quotas import PodGroup, Queue, ResourceQuota
+from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds
+from tests.support.policies import average_metric, scaling_policy_obj
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = [
+    REPO / "deploy/k8s/crds/scalingpolicy.yaml",
     REPO / "deploy/k8s/crds/testing/volcano-job.yaml",
     REPO / "deploy/k8s/crds/testing/volcano-queue.yaml",
 ]
@@ -40,13 +43,9 @@ SCHED = "scheduling.volcano.sh/v1beta1"
 
 @pytest.fixture(scope="module")
 async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
-    api = await connect(str(kubeconfig_path))
-    try:
-        k = Kube(api)
-        await install(k)
-        yield k
-    finally:
-        await api.close()
+    async with governor_kube(kubeconfig_path) as kube:
+        await install(kube)
+        yield kube
 
 
 async def install(kube: Kube) -> None:
@@ -97,24 +96,17 @@ def pod(
 def policy(
     ns: str, name: str, kind: str, api_version: str, pool: str, **spec: Any
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1", "generation": 1},
-        "spec": {
-            "targetRef": {
-                "kind": kind,
-                "name": name,
-                "apiVersion": api_version,
-                **spec.pop("ref", {}),
-            },
-            "minReplicas": 1,
-            "maxReplicas": 50,
-            "pool": pool,
-            "metrics": [{"name": "rps", "target": {"type": "AverageValue", "averageValue": 100}}],
-            **spec,
-        },
-    }
+    return scaling_policy_obj(
+        ns,
+        name,
+        metadata={"resourceVersion": "1", "generation": 1},
+        targetRef={"kind": kind, "name": name, "apiVersion": api_version, **spec.pop("ref", {})},
+        minReplicas=1,
+        maxReplicas=50,
+        pool=pool,
+        metrics=[average_metric(average=100)],
+        **spec,
+    )
 
 
 async def add_node(kube: Kube, name: str, pool: str, cpu: str = "64") -> None:
@@ -139,6 +131,29 @@ async def add_node(kube: Kube, name: str, pool: str, cpu: str = "64") -> None:
             }
         },
         subresource="status",
+    )
+
+
+async def add_quota(kube: Kube, ns: str, name: str, hard: dict[str, str]) -> None:
+    await kube.create(
+        "v1",
+        "resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": name},
+            "spec": {"hard": hard},
+        },
+        namespace=ns,
+    )
+
+
+async def add_queue(kube: Kube, name: str, spec: dict[str, Any]) -> None:
+    """A Volcano Queue (cluster-scoped)."""
+    await kube.create(
+        SCHED,
+        "queues",
+        {"apiVersion": SCHED, "kind": "Queue", "metadata": {"name": name}, "spec": spec},
     )
 
 
@@ -260,17 +275,7 @@ async def test_a_quota_caps_the_scale_up_at_what_admission_admits(kube: Kube, ns
     pool = f"pool-{ns}"
     await add_node(kube, f"node-{ns}", pool)
     hard = {"requests.cpu": "6", "limits.cpu": "20", "count/pods": "10"}
-    await kube.create(
-        "v1",
-        "resourcequotas",
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "compute-quota"},
-            "spec": {"hard": hard},
-        },
-        namespace=ns,
-    )
+    await add_quota(kube, ns, "compute-quota", hard)
     await kube.merge_patch(
         "v1",
         "resourcequotas",
@@ -328,11 +333,7 @@ async def test_a_job_stops_at_its_queue_capability_while_another_queue_has_room(
         (research, {"capability": {"cpu": "4"}, "weight": 1}),
         (prod, {"capability": {"cpu": "40"}, "guarantee": {"resource": {"cpu": "2"}}, "weight": 2}),
     ]:
-        await kube.create(
-            SCHED,
-            "queues",
-            {"apiVersion": SCHED, "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-        )
+        await add_queue(kube, name, spec)
     await kube.create(
         SCHED,
         "podgroups",
@@ -410,29 +411,9 @@ async def test_the_collector_publishes_quotas_and_queues_and_the_decider_respect
     suffix = ns
     pool = f"pool-{ns}"
     await add_node(kube, f"node-{ns}", pool)
-    hard = {"requests.cpu": "4", "count/pods": "20"}
-    await kube.create(
-        "v1",
-        "resourcequotas",
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "cpu"},
-            "spec": {"hard": hard},
-        },
-        namespace=ns,
-    )
+    await add_quota(kube, ns, "cpu", {"requests.cpu": "4", "count/pods": "20"})
     queue = f"team-{ns}"
-    await kube.create(
-        SCHED,
-        "queues",
-        {
-            "apiVersion": SCHED,
-            "kind": "Queue",
-            "metadata": {"name": queue},
-            "spec": {"capability": {"cpu": "3"}, "reclaimable": False},
-        },
-    )
+    await add_queue(kube, queue, {"capability": {"cpu": "3"}, "reclaimable": False})
     # HPA's default scale-up rate allows 8 from 4 replicas
     await add_deployment(
         kube, ns, 4, container("500m"), {"scheduling.volcano.sh/queue-name": queue}

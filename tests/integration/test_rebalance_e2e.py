@@ -26,9 +26,9 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_decider import journal
+from tests.support.policies import policy_record, scaling_policy_obj
 from tests.support.procs import governor_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,22 +44,14 @@ FAST = {
 
 
 def policy(ns: str, name: str, pool: str, **spec: Any) -> events.PolicyRecord:
-    body = {
-        "targetRef": {"kind": "Deployment", "name": name},
+    defaults = {
         "minReplicas": 1,
         "maxReplicas": 16,
         "pool": pool,
         "behavior": FAST,
         "fallback": {"staleAfterSeconds": 3600, "replicas": 2},
-        **spec,
     }
-    obj = {
-        "apiVersion": "governor.dev/v1alpha1",
-        "kind": "ScalingPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": body,
-    }
-    return events.PolicyRecord(policy=policy_from_obj(obj), published_at=time.time())
+    return policy_record(scaling_policy_obj(ns, name, **{**defaults, **spec}))
 
 
 def node(name: str, pool: str, bad_nics: tuple[int, ...] = ()) -> events.NodeState:

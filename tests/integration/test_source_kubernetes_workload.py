@@ -11,8 +11,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
 from governor.spec import KubernetesWorkloadSource as WorkloadSpec
-from governor.spec import TargetRef
-from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
+from governor_collector.sources import SourceError
+from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
 
@@ -25,21 +25,14 @@ def pod(name: str, labels: dict[str, str]) -> client.V1Pod:
 
 
 async def count(namespace: str, selector: str, kubeconfig: Path) -> float:
-    ctx = SourceContext(options={"kubeconfig": str(kubeconfig)})
-    target = SourceTarget(
-        workload=f"{namespace}/Deployment/worker",
-        metric="pods",
-        namespace=namespace,
-        target_ref=TargetRef(kind="Deployment", name="worker"),
+    sample = await collect_one(
+        deployment_target(namespace, "worker", "pods"),
+        WorkloadSpec(pod_selector=selector),
+        1.0,
+        kubeconfig=str(kubeconfig),
     )
-    try:
-        (sample,) = await create_source(target, WorkloadSpec(pod_selector=selector), ctx).collect(
-            1.0
-        )
-        assert sample.unit == "pods"
-        return sample.value
-    finally:
-        await ctx.close()
+    assert sample.unit == "pods"
+    return sample.value
 
 
 async def test_counts_matching_pods_that_have_not_terminated(

@@ -11,18 +11,13 @@ import pytest
 from aiohttp import web
 
 from governor.spec import MetricsApiSource as ApiSpec
-from governor.spec import TargetRef
-from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
-from tests.support.procs import free_port
+from governor_collector.sources import SourceError
+from tests.support.http import serving
+from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
 
-TARGET = SourceTarget(
-    workload="keda/Deployment/dummy",
-    metric="tasks",
-    namespace="keda",
-    target_ref=TargetRef(kind="Deployment", name="dummy"),
-)
+TARGET = deployment_target("keda", "dummy", "tasks")
 
 
 class Api:
@@ -45,23 +40,12 @@ async def api() -> AsyncIterator[tuple[Api, str]]:
     state = Api()
     app = web.Application()
     app.router.add_get("/stats", state.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield state, f"http://127.0.0.1:{port}/stats"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield state, f"{url}/stats"
 
 
 async def collect(spec: ApiSpec) -> float:
-    ctx = SourceContext()
-    try:
-        (sample,) = await create_source(TARGET, spec, ctx).collect(1.0)
-        return sample.value
-    finally:
-        await ctx.close()
+    return (await collect_one(TARGET, spec, 1.0)).value
 
 
 async def test_value_at_a_path_number_or_quantity(api: tuple[Api, str]) -> None:

@@ -13,18 +13,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from governor.spec import RabbitMQSource as RabbitSpec
-from governor.spec import TargetRef
-from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
+from governor_collector.sources import SourceError
 from tests.fixtures.rabbitmq import RabbitMQ
+from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
 
-TARGET = SourceTarget(
-    workload="shop/Deployment/worker",
-    metric="m",
-    namespace="shop",
-    target_ref=TargetRef(kind="Deployment", name="worker"),
-)
+TARGET = deployment_target("shop", "worker", "m")
 
 
 def qname() -> str:
@@ -32,12 +27,7 @@ def qname() -> str:
 
 
 async def collect(spec: RabbitSpec) -> float:
-    ctx = SourceContext()
-    try:
-        (sample,) = await create_source(TARGET, spec, ctx).collect(time.time())
-        return sample.value
-    finally:
-        await ctx.close()
+    return (await collect_one(TARGET, spec, time.time())).value
 
 
 async def eventually(get: Callable[[], Awaitable[float]], want: float, within: float = 20) -> None:

@@ -10,18 +10,13 @@ import pytest
 
 from governor.spec import RedisSource as RedisSpec
 from governor.spec import RedisStreamsSource as StreamsSpec
-from governor.spec import TargetRef
-from governor_collector.sources import SourceContext, SourceError, SourceTarget, create_source
+from governor_collector.sources import SourceError
 from tests.fixtures.redis import RedisServer
+from tests.support.sources import collect_one, deployment_target
 
 pytestmark = pytest.mark.integration
 
-TARGET = SourceTarget(
-    workload="shop/Deployment/worker",
-    metric="m",
-    namespace="shop",
-    target_ref=TargetRef(kind="Deployment", name="worker"),
-)
+TARGET = deployment_target("shop", "worker", "m")
 
 
 def key() -> str:
@@ -29,13 +24,9 @@ def key() -> str:
 
 
 async def collect(spec: RedisSpec | StreamsSpec) -> float:
-    ctx = SourceContext()
-    try:
-        (sample,) = await create_source(TARGET, spec, ctx).collect(1000.0)
-        assert sample.source == spec.__struct_config__.tag
-        return sample.value
-    finally:
-        await ctx.close()
+    sample = await collect_one(TARGET, spec, 1000.0)
+    assert sample.source == spec.__struct_config__.tag
+    return sample.value
 
 
 async def test_list_length_follows_the_list(redis_server: RedisServer) -> None:

@@ -3,12 +3,16 @@ once (ready immediately), as the workloads' WorkloadState."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from governor import events
 from governor.bus import Consumer, Producer
+from governor.events import Topic
+from governor.spec import policy_from_obj
 
 
 async def instant_cluster(
@@ -34,3 +38,45 @@ async def instant_cluster(
                     observed_at=time.time(),
                 ),
             )
+
+
+async def publish_deployment(producer: Producer, policy_obj: dict[str, Any]) -> None:
+    """The ScalingPolicy `policy_obj` and its Deployment (of the same name) at 1 replica, ready,
+    as the cluster collector would publish them."""
+    meta = policy_obj["metadata"]
+    await producer.send(events.POLICIES, events.PolicyRecord(policy=policy_from_obj(policy_obj)))
+    await producer.send(
+        events.WORKLOADS,
+        events.WorkloadState(
+            workload=f"{meta['namespace']}/Deployment/{meta['name']}",
+            spec_replicas=1,
+            ready_replicas=1,
+            observed_at=time.time(),
+        ),
+    )
+
+
+@dataclass
+class InstantClusterTask:
+    """`instant_cluster` running on a consumer of its own; `seen` fills as decisions come."""
+
+    follow: Consumer[Any]
+    task: asyncio.Task[None]
+    seen: list[events.ScaleDecision]
+
+    @classmethod
+    async def start(
+        cls,
+        bootstrap: str,
+        decisions: Topic[events.ScaleDecision],
+        producer: Producer,
+        ours: Collection[str],
+    ) -> InstantClusterTask:
+        follow = Consumer(bootstrap, [decisions], group_id=None, check_keys=False)
+        await follow.start()
+        seen: list[events.ScaleDecision] = []
+        return cls(follow, asyncio.create_task(instant_cluster(follow, producer, ours, seen)), seen)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await self.follow.stop()

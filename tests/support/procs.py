@@ -114,7 +114,15 @@ def governor_service(
     environment, as compose and the manifests set them.
     """
     port = free_port() if port is None else port
+    return Service(f"governor-{name}", service_env(name, bootstrap, settings, port), port, log_path)
+
+
+def service_env(
+    name: str, bootstrap: str, settings: Mapping[str, str], port: int
+) -> dict[str, str]:
+    """The `GOVERNOR_<NAME>_*` environment of `governor-<name>` on `bootstrap` with its HTTP port
+    `port` and `settings` (by field, as for governor_service)."""
     prefix = f"GOVERNOR_{name.upper().replace('-', '_')}_"
     bootstrap_field, port_field = _FIELDS.get(name, ("KAFKA__BOOTSTRAP", "HTTP_PORT"))
     values = {bootstrap_field: bootstrap, port_field: str(port), **settings}
-    return Service(f"governor-{name}", {prefix + k: v for k, v in values.items()}, port, log_path)
+    return {prefix + k: v for k, v in values.items()}
