@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from governor.inventory import Node
 from governor.reflector import Reflector
+from tests.support.http import serving
 
 
 @dataclass
@@ -103,17 +104,12 @@ async def server() -> AsyncIterator[tuple[FakeServer, str]]:
     fake = FakeServer()
     app = web.Application()
     app.router.add_get("/api/v1/nodes", fake.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield fake, f"http://127.0.0.1:{port}"
-    finally:
-        fake.closed = True
-        await fake.drop_watches()
-        await runner.cleanup()
+    async with serving(app) as url:
+        try:
+            yield fake, url
+        finally:
+            fake.closed = True
+            await fake.drop_watches()
 
 
 async def eventually(cond: Any, what: str, within: float = 5.0) -> None:
