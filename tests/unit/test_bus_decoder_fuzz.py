@@ -29,7 +29,7 @@ from governor.bus import (
     codec_for,
 )
 from tests.support.ci import unavailable
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 REASONS = set(typing.get_args(DlqReason))
 CONSUMED = (

@@ -42,7 +42,7 @@ from governor_collector.sources import (
 from governor_collector.sources.prometheus import parse_response, value_of
 from governor_collector.sources.push import PushHub, decode_batch, push_routes
 from governor_collector.sources.resource import parse_quantity, usage_from_pod_metrics
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 W = "shop/Deployment/web"
 

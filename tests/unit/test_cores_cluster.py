@@ -11,7 +11,7 @@ import msgspec
 from governor.cores.cluster import Change, ClusterCore, Report, Watched
 from governor.events import NodeState, PolicyRecord, WorkloadState
 from governor.inventory import DEVICE_ALLOCATED, DeviceObject, Node, Pod
-from tests.unit.policy_objects import policy_obj
+from tests.support.policies import policy_obj
 
 DEPLOY = ("apps/v1", "Deployment")
 

@@ -11,7 +11,7 @@ from governor.cores.decider_memory import checkpoint_of
 from governor.events import LoadWindow, WindowView, WorkloadState
 from governor.spec import ScalingPolicy, policies_from_yaml
 from governor.windows import views
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 WL = "shop/Deployment/web"

@@ -12,7 +12,7 @@ from governor.cores.decider import DeciderCore, Outputs, pool_key
 from governor.events import Device, LoadWindow, NodeState, WorkloadState
 from governor.spec import ScalingPolicy
 from governor_decider import journal
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 POOL = "gpu"
 # No damping in stage 1 (it has its own tests): stage 2 is what these tests look at.

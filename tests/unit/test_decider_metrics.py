@@ -14,7 +14,7 @@ from governor.bus import Message
 from governor.ownership import Ownership
 from governor.shell import deliver
 from governor_decider.main import Decider, DeciderSettings, Step
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 GiB = float(2**30)
 

@@ -17,7 +17,7 @@ from governor.policy import actuation as a
 from governor.policy import pacing, status
 from governor.spec import TargetRef
 from governor.targets import kind_of
-from tests.unit.policy_objects import scaling_policy
+from tests.support.policies import scaling_policy
 
 NS = "shop"
 RULES = a.ActuatorRules(allowed_namespaces=frozenset({NS, "ml"}))

@@ -23,7 +23,7 @@ from governor.quotas import (
     quota_state,
     scope_matches,
 )
-from tests.unit.policy_objects import policy_obj
+from tests.support.policies import policy_obj
 
 
 def spec(cpu: str = "500m", limit: str | None = "1", pc: str = "", **extra: str) -> dict[str, Any]:

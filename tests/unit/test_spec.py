@@ -15,7 +15,7 @@ from governor.spec import (
     policies_from_yaml,
     policy_from_obj,
 )
-from tests.unit.policy_objects import policy_obj
+from tests.support.policies import policy_obj
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "web-policy.yaml"
 
