@@ -53,6 +53,8 @@ from governor.events import DECISIONS, Actuation, Reason, ScaleDecision
 from governor.kube import Kube, KubeError, connect
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.support.policies import average_metric, scaling_policy_obj  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -96,21 +98,10 @@ async def setup(kube: Kube, ns: str, n: int) -> list[str]:
                 },
                 field_manager="bench",
             )
+            target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+            spec = {"minReplicas": 1, "maxReplicas": 50, "metrics": [average_metric()]}
             await kube.apply(
-                {
-                    "apiVersion": "governor.dev/v1alpha1",
-                    "kind": "ScalingPolicy",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {
-                        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                        "minReplicas": 1,
-                        "maxReplicas": 50,
-                        "metrics": [
-                            {"name": "rps", "target": {"type": "AverageValue", "averageValue": 10}}
-                        ],
-                    },
-                },
-                field_manager="bench",
+                scaling_policy_obj(ns, name, targetRef=target, **spec), field_manager="bench"
             )
         return f"{ns}/Deployment/{name}"
 

@@ -108,8 +108,11 @@ def _label_var(name: str, label: str, metric: str) -> dash.QueryVariable:
     )
 
 
-def _dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
-    return (
+def _dashboard(
+    uid: str, title: str, description: str, *variables: dash.QueryVariable
+) -> dash.Dashboard:
+    """A governor dashboard: its data source variable, then `variables`."""
+    board = (
         dash.Dashboard(title)
         .uid(uid)
         .description(description)
@@ -120,6 +123,9 @@ def _dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
         .tooltip(model.DashboardCursorSync.CROSSHAIR)
         .with_variable(_datasource_var())
     )
+    for v in variables:
+        board = board.with_variable(v)
+    return board
 
 
 def overview() -> dash.Dashboard:
@@ -129,8 +135,8 @@ def overview() -> dash.Dashboard:
             "governor-overview",
             "governor / Overview",
             "Per workload: load vs target, replicas, decisions and why.",
+            _label_var("workload", "Workload", "governor_decider_replicas"),
         )
-        .with_variable(_label_var("workload", "Workload", "governor_decider_replicas"))
         .with_row(dash.Row("Load and replicas"))
         .with_panel(
             series(
@@ -411,8 +417,8 @@ def capacity() -> dash.Dashboard:
             "governor-capacity",
             "governor / Capacity",
             "Per pool: capacity, allocation, GPU and RDMA use, shortfall, elastic jobs.",
+            _label_var("pool", "Pool", "governor_decider_pool_capacity"),
         )
-        .with_variable(_label_var("pool", "Pool", "governor_decider_pool_capacity"))
         .with_row(dash.Row("Pools"))
         .with_panel(
             series(

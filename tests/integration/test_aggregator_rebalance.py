@@ -7,7 +7,6 @@ still equals `governor.windows` over all the samples — nothing lost to the mov
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,21 +17,34 @@ import pytest
 
 from governor import events
 from governor.bus import Consumer, Producer
-from governor.topics import ensure_topics
+from governor.events import Topic
 from governor.windows import SeriesWindows, hopping, ingest_many, views
 from tests.support.procs import Service, governor_service
+from tests.support.topics import PIPELINE, run_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _worker(app_id: str, tmp: Path, name: str, bootstrap: str, suffix: str) -> Service:
+async def _group(
+    bootstrap: str, tmp: Path, suffix: str, kind: str, **env: str
+) -> tuple[Topic[Any], Topic[Any], list[str], Callable[[str], Service]]:
+    """A run's own metrics and load topics, its 12 workloads, and a maker of its aggregator
+    group's workers (each with the settings `env` added)."""
+    metrics, load = await run_topics(bootstrap, "rb", suffix, *PIPELINE[:2])
     settings = {
-        "METRICS_TOPIC": f"rb-metrics-{suffix}",
-        "LOAD_TOPIC": f"rb-load-{suffix}",
-        "APP_ID": app_id,
-        "DATA_DIR": str(tmp / name),
+        "METRICS_TOPIC": metrics.name,
+        "LOAD_TOPIC": load.name,
+        "APP_ID": f"agg-{kind}-{suffix}",
     }
-    return governor_service("aggregator", bootstrap, settings, tmp / f"{name}.log")
+
+    def worker(name: str) -> Service:
+        s = governor_service(
+            "aggregator", bootstrap, {**settings, "DATA_DIR": str(tmp / name)}, tmp / f"{name}.log"
+        )
+        s.env.update(env)
+        return s
+
+    return metrics, load, [f"{kind}-{suffix}/Deployment/w{i}" for i in range(12)], worker
 
 
 async def _play(
@@ -65,14 +77,8 @@ async def _play(
 async def test_windows_survive_a_rebalance(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    # Topics of this run alone: other aggregators on a shared broker read governor.metrics too.
-    metrics = dataclasses.replace(events.METRICS, name=f"rb-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"rb-load-{unique_suffix}")
-    await ensure_topics(kafka_bootstrap, [metrics, load])
-    app_id = f"agg-rebalance-{unique_suffix}"
-    workloads = [f"rb-{unique_suffix}/Deployment/w{i}" for i in range(12)]
-    a = _worker(app_id, tmp_path, "a", kafka_bootstrap, unique_suffix).start()
-    b = _worker(app_id, tmp_path, "b", kafka_bootstrap, unique_suffix)
+    metrics, load, workloads, worker = await _group(kafka_bootstrap, tmp_path, unique_suffix, "rb")
+    a, b = worker("a").start(), worker("b")
     t0 = time.time() - 400
     try:
         sent = await _play(kafka_bootstrap, metrics, workloads, t0,
@@ -142,19 +148,15 @@ async def test_a_killed_worker_loses_no_window(
     # SIGKILL mid-run, checkpoints every second: load records sent and not acked, table values
     # written and offsets not committed. The next owner replays from the committed offsets; every
     # closed window is still on the load topic, and each workload's windows in order.
-    metrics = dataclasses.replace(events.METRICS, name=f"rb-metrics-{unique_suffix}")
-    load = dataclasses.replace(events.LOAD, name=f"rb-load-{unique_suffix}")
-    await ensure_topics(kafka_bootstrap, [metrics, load])
-    app_id = f"agg-kill-{unique_suffix}"
-    workloads = [f"kill-{unique_suffix}/Deployment/w{i}" for i in range(12)]
-
-    def worker(name: str) -> Service:
-        s = _worker(app_id, tmp_path, name, kafka_bootstrap, unique_suffix)
-        s.env["GOVERNOR_AGGREGATOR_CHECKPOINT_INTERVAL_MS"] = "1000"
+    metrics, load, workloads, worker = await _group(
+        kafka_bootstrap,
+        tmp_path,
+        unique_suffix,
+        "kill",
+        GOVERNOR_AGGREGATOR_CHECKPOINT_INTERVAL_MS="1000",
         # The group moves the killed member's partitions after this long, not faust's 60 s.
-        s.env["GOVERNOR_AGGREGATOR_SESSION_TIMEOUT_SECONDS"] = "10"
-        return s
-
+        GOVERNOR_AGGREGATOR_SESSION_TIMEOUT_SECONDS="10",
+    )
     a, b = worker("a").start(), worker("b")
     t0 = time.time() - 400
 

@@ -38,6 +38,7 @@ from governor_collector.cluster.collector import (
     ClusterCollector,
     ClusterCollectorSettings,
 )
+from governor_tools.demo.scenario import device_obj
 from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds as install_crd_files
 from tests.support.policies import average_metric, scaling_policy_obj
@@ -153,45 +154,10 @@ class Env:
         )
 
     async def add_device(self, i: int, *, gpus: int = 2, vfs: int = 2) -> None:
-        devices: list[dict[str, Any]] = [
-            {
-                "type": "gpu",
-                "id": f"GPU-{i}-{m}",
-                "minor": m,
-                "health": True,
-                "resources": {
-                    "koordinator.sh/gpu-core": "100",
-                    "koordinator.sh/gpu-memory": "80Gi",
-                    "koordinator.sh/gpu-memory-ratio": "100",
-                },
-                "topology": {
-                    "socketID": 0,
-                    "nodeID": m // 2,
-                    "pcieID": f"pci{m // 2}",
-                    "busID": f"0000:1{m}:00.0",
-                },
-            }
-            for m in range(gpus)
-        ]
-        devices.append(
-            {
-                "type": "rdma",
-                "id": "0000:08:00.0",
-                "minor": 0,
-                "health": True,
-                "resources": {"koordinator.sh/rdma": "100"},
-                "topology": {"socketID": 0, "nodeID": 0, "pcieID": "pci0", "busID": "0000:08:00.0"},
-                "vfGroups": [
-                    {"vfs": [{"minor": v, "busID": f"0000:08:00.{v + 1}"} for v in range(vfs)]}
-                ],
-            }
-        )
-        await create(
-            self.kube,
-            "scheduling.koordinator.sh/v1alpha1",
-            "devices",
-            {"metadata": {"name": self.node(i)}, "spec": {"devices": devices}},
-        )
+        """The demo's Device layout in small: `gpus` GPUs and one NIC of `vfs` VFs, all on one
+        PCIe switch."""
+        device = device_obj(self.node(i), gpus=gpus, nics=1, vfs=vfs)
+        await create(self.kube, "scheduling.koordinator.sh/v1alpha1", "devices", device)
 
     # pods ---------------------------------------------------------------------------------
     async def add_web(self, replicas: int, template: dict[str, Any]) -> None:
@@ -478,7 +444,7 @@ GPU_ALLOC = {
         {
             "minor": 0,
             "resources": {"koordinator.sh/rdma": "1"},
-            "extension": {"vfs": [{"minor": 0, "busID": "0000:08:00.1"}]},
+            "extension": {"vfs": [{"minor": 0, "busID": "0000:80:00.1"}]},
         }
     ],
 }

@@ -54,6 +54,14 @@ def uid() -> str:
     return uuid.uuid4().hex[:10]
 
 
+def exported(prometheus: PrometheusServer, workload: str, value: float) -> str:
+    """The exporter reports `workload`'s load as `value`; once Prometheus has it, its query."""
+    prometheus.exporter.load.labels(workload=workload).set(value)
+    query = f'governor_test_load{{workload="{workload}"}}'
+    prometheus.wait_for(query, value)
+    return query
+
+
 def gauge(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
 
@@ -199,9 +207,7 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
 ) -> None:
     name = f"web-{uid()}"
     workload = f"itest/Deployment/{name}"
-    prometheus.exporter.load.labels(workload=workload).set(7.5)
-    query = f'governor_test_load{{workload="{workload}"}}'
-    prometheus.wait_for(query, 7.5)
+    query = exported(prometheus, workload, 7.5)
 
     async with running_collector(kafka_bootstrap) as c:
         topic = c.settings.metrics_topic
@@ -496,12 +502,7 @@ async def test_policy_added_changed_deleted_live(
 ) -> None:
     name = f"live-{uid()}"
     workload = f"itest/Deployment/{name}"
-    prometheus.exporter.load.labels(workload=workload).set(3)
-    prometheus.exporter.load.labels(workload=workload + "-v2").set(4)
-    q1 = f'governor_test_load{{workload="{workload}"}}'
-    q2 = f'governor_test_load{{workload="{workload}-v2"}}'
-    prometheus.wait_for(q1, 3)
-    prometheus.wait_for(q2, 4)
+    q1, q2 = exported(prometheus, workload, 3), exported(prometheus, workload + "-v2", 4)
 
     async with running_collector(kafka_bootstrap) as c:
         _, ptopic = c.settings.topics()

@@ -38,9 +38,7 @@ class Api:
 @pytest.fixture
 async def api() -> AsyncIterator[tuple[Api, str]]:
     state = Api()
-    app = web.Application()
-    app.router.add_get("/stats", state.handle)
-    async with serving(app) as url:
+    async with serving({"/stats": state.handle}) as url:
         yield state, f"{url}/stats"
 
 

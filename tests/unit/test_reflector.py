@@ -102,9 +102,7 @@ class FakeServer:
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[FakeServer, str]]:
     fake = FakeServer()
-    app = web.Application()
-    app.router.add_get("/api/v1/nodes", fake.handle)
-    async with serving(app) as url:
+    async with serving({"/api/v1/nodes": fake.handle}) as url:
         try:
             yield fake, url
         finally:

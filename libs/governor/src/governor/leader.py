@@ -23,18 +23,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from governor import lease
 from governor.kube import Kube, KubeError
-from governor.lease import (
-    Candidate,
-    LeaseRecord,
-    check_timing,
-    is_leader,
-    lost,
-    observe,
-    plan,
-    record_for,
-    wrote,
-)
 from governor.retry import Backoff
 
 __all__ = ["LeaseElector", "format_micro_time", "lease_object", "parse_lease"]
@@ -59,12 +49,12 @@ def _parse_time(raw: Any) -> float | None:
         return None
 
 
-def parse_lease(obj: dict[str, Any] | None) -> tuple[LeaseRecord | None, str | None]:
+def parse_lease(obj: dict[str, Any] | None) -> tuple[lease.LeaseRecord | None, str | None]:
     """The record and resourceVersion of a Lease object (None, None: there is none)."""
     if obj is None:
         return None, None
     spec = obj.get("spec") or {}
-    record = LeaseRecord(
+    record = lease.LeaseRecord(
         holder=spec.get("holderIdentity") or None,
         duration_s=float(spec.get("leaseDurationSeconds") or 15),
         acquire_time=_parse_time(spec.get("acquireTime")),
@@ -75,7 +65,7 @@ def parse_lease(obj: dict[str, Any] | None) -> tuple[LeaseRecord | None, str | N
 
 
 def lease_object(
-    name: str, namespace: str, record: LeaseRecord, resource_version: str | None
+    name: str, namespace: str, record: lease.LeaseRecord, resource_version: str | None
 ) -> dict[str, Any]:
     """The Lease to write; with `resource_version` the write fails (409) if it changed."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
@@ -110,7 +100,7 @@ class LeaseElector:
         wall_clock: Callable[[], float] = time.time,
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
-        check_timing(lease_duration_s, renew_deadline_s, retry_period_s)
+        lease.check_timing(lease_duration_s, renew_deadline_s, retry_period_s)
         # Each call gets the time left before the renew deadline at most, as client-go's
         # renew context: a hung call must not outlast the leadership it is renewing.
         self.kube = Kube(kube.api, timeout_s=max(retry_period_s, renew_deadline_s / 2))
@@ -120,7 +110,7 @@ class LeaseElector:
         self.retry_period_s = retry_period_s
         self.clock, self.wall_clock = clock, wall_clock
         self.on_change = on_change
-        self.state = Candidate()
+        self.state = lease.Candidate()
         self.became_leader = asyncio.Event()
         self._was_leader = False
         self._wait = Backoff(retry_period_s, retry_period_s, jitter=0.2)
@@ -128,7 +118,7 @@ class LeaseElector:
 
     @property
     def leader(self) -> bool:
-        return is_leader(self.state, self.clock(), self.renew_deadline_s)
+        return lease.is_leader(self.state, self.clock(), self.renew_deadline_s)
 
     def _notify(self) -> None:
         now_leader = self.leader
@@ -160,7 +150,7 @@ class LeaseElector:
             if self._deadline is not None:
                 self._deadline.cancel()
             was = self.leader
-            self.state = lost(self.state)
+            self.state = lease.lost(self.state)
             self._notify()
             if was:
                 with contextlib.suppress(KubeError, asyncio.CancelledError):
@@ -185,12 +175,14 @@ class LeaseElector:
                 raise
             obj = None
         record, rv = parse_lease(obj)
-        self.state = observe(self.state, record, rv, self.clock(), self.identity)
-        action = plan(self.state, self.identity, self.clock())
+        self.state = lease.observe(self.state, record, rv, self.clock(), self.identity)
+        action = lease.plan(self.state, self.identity, self.clock())
         if action == "follow":
             return
         started = self.clock()
-        new = record_for(action, record, self.identity, self.wall_clock(), self.lease_duration_s)
+        new = lease.record_for(
+            action, record, self.identity, self.wall_clock(), self.lease_duration_s
+        )
         body = lease_object(self.name, self.namespace, new, rv)
         try:
             if obj is None:
@@ -207,8 +199,8 @@ class LeaseElector:
                 return
             raise
         written, written_rv = parse_lease(out)
-        self.state = wrote(
-            observe(self.state, written, written_rv, self.clock(), self.identity), started
+        self.state = lease.wrote(
+            lease.observe(self.state, written, written_rv, self.clock(), self.identity), started
         )
         # on_change(False) at the renew deadline itself, not when a hung call gives up
         if self._deadline is not None:
@@ -222,7 +214,7 @@ class LeaseElector:
         record, rv = parse_lease(obj)
         if record is None or record.holder != self.identity:
             return
-        freed = LeaseRecord(
+        freed = lease.LeaseRecord(
             holder=None,
             duration_s=1.0,  # what client-go writes on release: expire at once
             renew_time=self.wall_clock(),

@@ -181,13 +181,12 @@ def rabbitmq_management_url(host: str) -> str:
     return urlunsplit(("https" if secure else "http", netloc, parts.path, "", ""))
 
 
-class RedisSource(_Spec, tag="redis", tag_field="type"):
-    """KEDA `redis`: the length of a list (`listName`) or the number in a key (`keyName`)."""
+class RedisConnection(_Spec, kw_only=True):
+    """The server a `redis` or `redis_streams` source reads, as KEDA's two Redis scalers name it
+    (serialized after each source's own fields)."""
 
     address: str | None = None  # host:port
     address_from_env: str | None = None
-    list_name: str | None = None
-    key_name: str | None = None
     database_index: int = 0
     enable_tls: bool = False
     username_from_env: str | None = None
@@ -196,26 +195,29 @@ class RedisSource(_Spec, tag="redis", tag_field="type"):
 
     def __post_init__(self) -> None:
         _one_of(self, "address", "addressFromEnv", self.address, self.address_from_env)
+
+
+class RedisSource(RedisConnection, tag="redis", tag_field="type"):
+    """KEDA `redis`: the length of a list (`listName`) or the number in a key (`keyName`)."""
+
+    list_name: str | None = None
+    key_name: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _one_of(self, "listName", "keyName", self.list_name, self.key_name)
 
 
-class RedisStreamsSource(_Spec, tag="redis_streams", tag_field="type"):
+class RedisStreamsSource(RedisConnection, tag="redis_streams", tag_field="type"):
     """KEDA `redis-streams`: a consumer group's pending entries (XPENDING), its lag (XINFO GROUPS,
     Redis 7+) or the stream's length (XLEN)."""
 
     stream: str
     measure: Literal["pendingEntries", "lag", "streamLength"] = "pendingEntries"
     consumer_group: str | None = None
-    address: str | None = None  # host:port
-    address_from_env: str | None = None
-    database_index: int = 0
-    enable_tls: bool = False
-    username_from_env: str | None = None
-    password_from_env: str | None = None
-    interval_seconds: float = 15.0
 
     def __post_init__(self) -> None:
-        _one_of(self, "address", "addressFromEnv", self.address, self.address_from_env)
+        super().__post_init__()
         if self.measure != "streamLength" and not self.consumer_group:
             raise PolicyError("consumerGroup", f"required for measure {self.measure}")
 

@@ -244,14 +244,7 @@ def ingest_many(
         by_start[start] = _fold(
             old or WindowAcc(start=start, end=start + size), times, values, spec
         )
-    # Usually every sample falls into windows already open: their order stands.
-    if len(by_start) == known:
-        still = [by_start[acc.start] for acc in series.open]
-    else:
-        still = sorted(by_start.values(), key=_START)
-    merged = msgspec.structs.replace(series, open=still, newest=newest, late=series.late + late)
-    advanced, closed, _ = advance(merged, watermark)
-    return advanced, closed, late
+    return _merged(series, by_start, known, newest, watermark, late)
 
 
 def ingest_into(
@@ -383,7 +376,21 @@ def ingest_run(
     newest = times[-1] if series.newest is None else max(series.newest, times[-1])
     candidate = newest - spec.allowed_lateness
     watermark = candidate if wm0 is None else max(wm0, candidate)
-    # Open windows are kept oldest first: unless the run opened one, their order stands.
+    return _merged(series, by_start, known, newest, watermark, late)
+
+
+def _merged(
+    series: SeriesWindows,
+    by_start: dict[float, WindowAcc],
+    known: int,
+    newest: float | None,
+    watermark: float | None,
+    late: int,
+) -> tuple[SeriesWindows, list[WindowAcc], int]:
+    """`series` with its open windows replaced by `by_start`'s (`known` of them were open
+    before), advanced to `watermark`: the new series, the windows that closed and `late`."""
+    # Open windows are kept oldest first; usually every sample fell into windows already open,
+    # and their order stands.
     if len(by_start) == known:
         still = [by_start[acc.start] for acc in series.open]
     else:

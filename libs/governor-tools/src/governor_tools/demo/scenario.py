@@ -165,9 +165,12 @@ def node_obj(name: str, pool: str = POOL, gpus: int = GPUS_PER_NODE) -> dict[str
     }
 
 
-def device_obj(node: str) -> dict[str, Any]:
-    """One Koordinator Device per node: 8 GPUs on two PCIe switches, an RDMA NIC (4 VFs) on each."""
-    per_switch = GPUS_PER_NODE // NICS_PER_NODE
+def device_obj(
+    node: str, gpus: int = GPUS_PER_NODE, nics: int = NICS_PER_NODE, vfs: int = VFS_PER_NIC
+) -> dict[str, Any]:
+    """One Koordinator Device per node: by default 8 GPUs on two PCIe switches, an RDMA NIC
+    (4 VFs) on each."""
+    per_switch = gpus // nics
     devices: list[dict[str, Any]] = [
         {
             "type": "gpu",
@@ -186,7 +189,7 @@ def device_obj(node: str) -> dict[str, Any]:
                 "busID": f"0000:{0x10 + m:02x}:00.0",
             },
         }
-        for m in range(GPUS_PER_NODE)
+        for m in range(gpus)
     ]
     devices += [
         {
@@ -204,13 +207,12 @@ def device_obj(node: str) -> dict[str, Any]:
             "vfGroups": [
                 {
                     "vfs": [
-                        {"minor": v, "busID": f"0000:{0x80 + n:02x}:00.{v + 1}"}
-                        for v in range(VFS_PER_NIC)
+                        {"minor": v, "busID": f"0000:{0x80 + n:02x}:00.{v + 1}"} for v in range(vfs)
                     ]
                 }
             ],
         }
-        for n in range(NICS_PER_NODE)
+        for n in range(nics)
     ]
     return {
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",

@@ -238,29 +238,32 @@ def replicas_change(events: Sequence[Entry], period: float, now: float) -> int:
 
 def scale_up_limit(current: int, events: Sequence[Entry], rules: Rules, now: float) -> int:
     """calculateScaleUpLimitWithScalingRules."""
-    if rules.select == "Disabled":
-        return current
-    pick_min = rules.select == "Min"
-    result: int | None = None
-    for p in rules.policies:
-        start = current - replicas_change(events, p.period_seconds, now)
-        # Percent rounds up so that a small target can always grow (HPA's comment).
-        proposed = start + p.value if p.type == "Pods" else math.ceil(start * (1 + p.value / 100))
-        if result is None or (proposed < result if pick_min else proposed > result):
-            result = proposed
-    return current if result is None else result
+    return _limit(current, events, rules, now, up=True)
 
 
 def scale_down_limit(current: int, events: Sequence[Entry], rules: Rules, now: float) -> int:
-    """calculateScaleDownLimitWithBehaviors (Percent truncates toward zero, as Go's int32())."""
+    """calculateScaleDownLimitWithBehaviors."""
+    return _limit(current, events, rules, now, up=False)
+
+
+def _limit(current: int, events: Sequence[Entry], rules: Rules, now: float, *, up: bool) -> int:
+    """Each rule proposes a bound from the replicas at the start of its period; selectPolicy Max
+    takes the loosest (the largest up, the smallest down), Min the tightest."""
     if rules.select == "Disabled":
         return current
-    pick_max = rules.select == "Min"
+    take_larger = up == (rules.select != "Min")
     result: int | None = None
     for p in rules.policies:
         start = current - replicas_change(events, p.period_seconds, now)
-        proposed = start - p.value if p.type == "Pods" else int(start * (1 - p.value / 100))
-        if result is None or (proposed > result if pick_max else proposed < result):
+        if up:
+            # Percent rounds up so that a small target can always grow (HPA's comment).
+            proposed = (
+                start + p.value if p.type == "Pods" else math.ceil(start * (1 + p.value / 100))
+            )
+        else:
+            # Percent truncates toward zero, as Go's int32().
+            proposed = start - p.value if p.type == "Pods" else int(start * (1 - p.value / 100))
+        if result is None or (proposed > result if take_larger else proposed < result):
             result = proposed
     return current if result is None else result
 

@@ -21,8 +21,8 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from governor.events import MetricSample
+from governor.spec import RedisConnection
 from governor.spec import RedisSource as RedisSpec
-from governor.spec import RedisStreamsSource as RedisStreamsSpec
 from governor_collector.sources.base import (
     PullSource,
     SourceContext,
@@ -41,7 +41,7 @@ def _env(name: str | None, what: str) -> str:
     return value
 
 
-async def client_for(spec: RedisSpec | RedisStreamsSpec, ctx: SourceContext) -> Any:
+async def client_for(spec: RedisConnection, ctx: SourceContext) -> Any:
     """The shared client for the server the spec names."""
     address = spec.address or _env(spec.address_from_env, "addressFromEnv")
     host, _, port = address.rpartition(":")
