@@ -591,7 +591,7 @@ async def test_cluster_state_on_kafka(env: Env, tmp_path: Path) -> None:
             0,
             0.0,
             100.0,
-            "pci0",
+            "0",
             0,
         )
         assert (gpu1.free, gpu1.healthy) == (100.0, True)
@@ -600,7 +600,7 @@ async def test_cluster_state_on_kafka(env: Env, tmp_path: Path) -> None:
             True,
             1.0,
             2.0,
-            "pci0",
+            "0",
         )
         # n2: web-2 (managed) + the Volcano worker (managed) ; the ps pod is not scaled: unmanaged
         assert n2.requested_managed["cpu"] == 5.0
