@@ -91,11 +91,12 @@ async def test_windows_survive_a_rebalance(
         # samples it has not read yet are not lost (their offsets are not committed).
         _, closed = await _closed_stable(kafka_bootstrap, load, want)
         assert "assigned" in b.log_path.read_text().lower()
+        seen = _counters(b)
     finally:
         a.stop()
         b.stop()
 
-    _assert_every_window(want, closed)
+    _assert_every_window(want, closed, seen)
 
 
 def _expected(sent: dict[str, list[tuple[float, float]]]) -> dict[str, dict[float, Any]]:
@@ -107,19 +108,33 @@ def _expected(sent: dict[str, list[tuple[float, float]]]) -> dict[str, dict[floa
     }
 
 
+def _counters(worker: Service) -> dict[str, float]:
+    """The worker's sample and skipped-record counters, for a failure's message: whether a
+    missing window's samples were never read, skipped by the offset order, or read late."""
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in worker.metrics().splitlines()
+        if line.startswith(
+            ("governor_aggregator_samples_total{", "governor_aggregator_records_skipped_total{")
+        )
+    }
+
+
 def _assert_every_window(
-    want: dict[str, dict[float, Any]], closed: dict[str, dict[float, list[events.LoadWindow]]]
+    want: dict[str, dict[float, Any]],
+    closed: dict[str, dict[float, list[events.LoadWindow]]],
+    counters: dict[str, float],
 ) -> None:
     """Every window that closed before the end was published, each view of it equal to the
     pure computation."""
     for wl, windows in want.items():
         got = closed.get(wl, {})
         missing = sorted(set(windows) - set(got))
-        assert not missing, f"{wl}: missing windows {missing[:3]}"
+        assert not missing, f"{wl}: missing {len(missing)} windows {missing[:3]}; {counters}"
         for start, acc in windows.items():
             assert {(w.count, w.max, w.p95) for w in got[start]} == {
                 (acc.count, acc.max, acc.p95)
-            }, (wl, start)
+            }, (wl, start, counters)
 
 
 def _first_seen_in_order(starts: list[float]) -> bool:
@@ -170,18 +185,15 @@ async def test_a_killed_worker_loses_no_window(
                            {150: kill_a_start_b})  # fmt: skip
         want = _expected(sent)
         starts, closed = await _closed_stable(kafka_bootstrap, load, want)
-        handled = sum(
-            float(line.split()[-1])
-            for line in b.metrics().splitlines()
-            if line.startswith("governor_aggregator_samples_total{")
-        )
+        seen = _counters(b)
     finally:
         a.stop()
         b.stop()
 
-    _assert_every_window(want, closed)
+    _assert_every_window(want, closed, seen)
     # The kill left folded samples uncommitted: b read them again (to fold or to skip).
-    assert handled > 149 * len(workloads), handled
+    handled = sum(v for k, v in seen.items() if k.startswith("governor_aggregator_samples_total{"))
+    assert handled > 149 * len(workloads), seen
     for wl in workloads:
         assert _first_seen_in_order(starts[wl]), (wl, starts[wl])
 
