@@ -74,9 +74,14 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
     consumer = faust_aiokafka.Consumer
     for name in ("assignment", "highwater", "topic_partitions"):
         assert callable(getattr(consumer, name)), name
-    # await app.consumer.seek(tp, offset): a partition ahead of its next offset is sought back.
-    assert inspect.iscoroutinefunction(consumer.seek)
-    assert list(inspect.signature(consumer.seek).parameters) == ["self", "partition", "offset"]
+    # await app.consumer.seek_wait({tp: offset}): a partition ahead of its next offset is sought
+    # back, in the consumer's thread (`seek` calls aiokafka from the caller's thread).
+    assert inspect.iscoroutinefunction(consumer.seek_wait)
+    assert list(inspect.signature(consumer.seek_wait).parameters) == ["self", "partitions"]
+    delegate = inspect.getsource(faust.transport.consumer.ThreadDelegateConsumer.seek_wait)
+    assert "self._thread.seek_wait(partitions)" in delegate
+    threaded = inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread.seek_wait)
+    assert "call_thread" in threaded
     assert "use_partitioner" in params(Table.__init__)
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,7 +61,41 @@ def test_a_gap_open_past_the_timeout_is_taken() -> None:
     order.resume(TP, 5)
     assert order.step(TP, 9, now=100.0) == "seek"
     assert order.expected(TP) == 5
-    assert order.step(TP, 10, now=129.0) == "ahead"
+    assert order.step(TP, 10, now=100.5) == "ahead"
     assert order.step(TP, 11, now=130.0) == "deliver"
     assert order.step(TP, 12, now=130.0) == "deliver"
     assert order.step(TP, 5, now=131.0) == "duplicate"
+
+
+def test_the_seek_is_asked_for_again_while_records_still_come_ahead() -> None:
+    # faust's fetch loop handed over records fetched before the seek, and they moved its read
+    # offset past the seek's: the re-fetch was dropped. Ask again after 1 s, 2 s, 4 s, ...
+    order = StreamOrder(gap_timeout=30.0, reseek_after=1.0)
+    order.resume(TP, 5)
+    steps = [
+        (t, order.step(TP, 9 + i, now=t)) for i, t in enumerate([0.0, 0.5, 1.0, 1.5, 3.0, 3.1])
+    ]
+    assert [s for _, s in steps] == ["seek", "ahead", "seek", "ahead", "seek", "ahead"]
+    assert order.step(TP, 5, now=3.2) == "deliver"  # the re-fetch came
+    assert order.step(TP, 6, now=3.2) == "deliver"
+
+
+@given(st.lists(st.floats(0.0, 2.0), min_size=1, max_size=40), st.floats(0.1, 3.0))
+def test_seeks_back_off_and_stop_at_the_gap_timeout(gaps: list[float], first: float) -> None:
+    # Records only ever arrive ahead: a seek at the first, then each after twice the wait of the
+    # one before; none once the gap is taken (then the record is delivered).
+    order = StreamOrder(gap_timeout=30.0, reseek_after=first)
+    order.resume(TP, 0)
+    now, seeks = 0.0, []
+    for i, gap in enumerate(gaps):
+        now += gap
+        step = order.step(TP, 100 + i, now)
+        if step == "deliver":  # the gap opened at the first record
+            assert now - gaps[0] >= 30.0
+            break
+        assert now - gaps[0] < 30.0
+        if step == "seek":
+            seeks.append(now)
+    assert seeks[0] == gaps[0]
+    for k, (a, b) in enumerate(itertools.pairwise(seeks)):
+        assert b - a >= first * 2**k

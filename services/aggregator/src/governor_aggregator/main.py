@@ -38,7 +38,8 @@ on an upgrade that changes it):
   faust 0.15.3 can deliver records fetched before its seek to the committed offset, from past
   records it dropped, and then drops the re-fetched ones as already read. The first record
   ahead of a partition's next offset (after the newest offset in the table state of its
-  workloads) seeks it back there (`app.consumer.seek`); stale ones are skipped until it comes.
+  workloads) seeks it back there (`app.consumer.seek_wait`); stale ones are skipped until it
+  comes.
 - load windows go out through governor's own producer (`Producer.publish_many`: one record
   batch per partition per batch), not faust's: a per-record `send` (~20 µs and a future each)
   was half the aggregator's time, and the windows queued behind the changelog in faust's
@@ -308,7 +309,11 @@ class Aggregation:
             if step != "deliver":
                 self.skipped["ahead" if step == "seek" else step].inc()
                 if step == "seek":  # faust dropped the records in between as read: fetch them
-                    await self.app.consumer.seek(message.tp, self.order.expected(tp))
+                    # `seek_wait`, not `seek`: faust's `seek` calls aiokafka's from this thread,
+                    # which deletes the fetcher's buffered records while the consumer's thread may
+                    # be iterating them (a KeyError in `fetched_records` that crashed a worker
+                    # taking over partitions); `seek_wait` seeks in the consumer's thread.
+                    await self.app.consumer.seek_wait({message.tp: self.order.expected(tp)})
                 continue
             self.handled[tp] = message.offset + 1
             if tp not in self.acked_partitions:
