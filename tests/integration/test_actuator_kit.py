@@ -38,6 +38,7 @@ from governor import bus
 from governor.events import ACTUATIONS, DECISIONS, Actuation, Reason, ScaleDecision
 from governor.kube import Kube, KubeError
 from tests.fixtures.kube import governor_kube
+from tests.support import waiting
 from tests.support.policies import average_metric, scaling_policy_obj
 from tests.support.procs import free_port
 
@@ -158,14 +159,7 @@ async def install_crds(kube: Kube) -> None:
 
 async def eventually(fn: Any, within_s: float = 20.0, interval: float = 0.2) -> Any:
     """Call async `fn` until it returns without raising (AssertionError or KubeError)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            return await fn()
-        except (AssertionError, KubeError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(interval)
+    return await waiting.eventually(fn, within_s, (AssertionError, KubeError), interval)
 
 
 async def create_namespace(kube: Kube, name: str) -> None:

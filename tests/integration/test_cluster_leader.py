@@ -8,9 +8,8 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -26,6 +25,7 @@ from tests.integration.test_cluster_state import (  # the same cluster, namespac
     read_log,
 )
 from tests.support.procs import Service, free_port
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -70,17 +70,6 @@ def leads(s: Service) -> bool:
     return metric(s.metrics(), "governor_collector_cluster_leader") == 1.0
 
 
-async def wait_for(cond: Callable[[], Any], within_s: float, what: str) -> Any:
-    deadline = time.monotonic() + within_s
-    while True:
-        got = await asyncio.to_thread(cond)
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s}s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def add_workload(k: Kube, e: Env, name: str) -> str:
     template = {
         "metadata": {"labels": {"app": name}},
@@ -95,12 +84,12 @@ async def add_workload(k: Kube, e: Env, name: str) -> str:
     return f"{e.ns}/Deployment/{name}"
 
 
-def has(key: str, e: Env) -> Callable[[], bool]:
+def has(key: str, e: Env) -> Callable[[], Awaitable[bool]]:
     def check() -> bool:
         log: TopicLog = asyncio.run(read_log(e.bootstrap, e.topics["workloads"]))
         return key in log.table
 
-    return check
+    return lambda: asyncio.to_thread(check)
 
 
 async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over(
@@ -114,7 +103,9 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
     services = [a, b]
     try:
         await asyncio.to_thread(a.start)
-        await wait_for(lambda: leads(a), 30, "the first collector to lead by itself")
+        await wait_for(
+            lambda: asyncio.to_thread(leads, a), 30, "the first collector to lead by itself"
+        )
         await asyncio.to_thread(b.start)
         web = await add_workload(e.kube, e, "web")
         await wait_for(has(web, e), 30, "the leader's WorkloadState for web")
@@ -129,7 +120,9 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
         a.kill9()
         killed = time.monotonic()
         api = await add_workload(e.kube, e, "api")  # a change only the next leader can publish
-        await wait_for(lambda: leads(b), LEASE_S + RENEW_S + 10, "the follower to take over")
+        await wait_for(
+            lambda: asyncio.to_thread(leads, b), LEASE_S + RENEW_S + 10, "the follower to take over"
+        )
         took_over = time.monotonic() - killed
         await wait_for(has(api, e), 30, "the new leader's WorkloadState for api")
         assert published(b) > 0
@@ -146,7 +139,11 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
         await asyncio.to_thread(b.stop)
         released = await e.kube.get("coordination.k8s.io/v1", "leases", lease, namespace=e.ns)
         assert released["spec"]["holderIdentity"] in ("", "collector-c")
-        await wait_for(lambda: leads(c), 30, "the third collector to take the released Lease")
+        await wait_for(
+            lambda: asyncio.to_thread(leads, c),
+            30,
+            "the third collector to take the released Lease",
+        )
     finally:
         for s in services:
             s.stop()
@@ -201,12 +198,16 @@ async def test_a_leader_partitioned_from_the_api_server_steps_down_before_the_ot
     b = collector(e, lease, "collector-b", tmp_path)
     try:
         await asyncio.to_thread(a.start)
-        await wait_for(lambda: leads(a), 30, "the proxied collector to lead")
+        await wait_for(lambda: asyncio.to_thread(leads, a), 30, "the proxied collector to lead")
         await asyncio.to_thread(b.start)
         before = published(a)
         with Sampler(a, b) as sampled:
             await toxiproxy.partition(proxy)
-            await wait_for(lambda: leads(b), LEASE_S + RENEW_S + 15, "the other to take over")
+            await wait_for(
+                lambda: asyncio.to_thread(leads, b),
+                LEASE_S + RENEW_S + 15,
+                "the other to take over",
+            )
             await toxiproxy.heal(proxy)
             await asyncio.sleep(4 * RETRY_S)  # the healed one reads the Lease: b holds it
         assert leads(b) and not leads(a)

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -46,6 +46,7 @@ from governor_collector.sources import SourceContext, SourceError, SourceTarget
 from governor_collector.sources.kafka_lag import KafkaLagSource
 from tests.fixtures.prometheus import PrometheusServer
 from tests.support.policies import scaling_policy_obj
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -64,14 +65,6 @@ def exported(prometheus: PrometheusServer, workload: str, value: float) -> str:
 
 def gauge(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
-
-
-async def until(cond: Callable[[], Any], within: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within}s: {what or cond}")
-        await asyncio.sleep(0.05)
 
 
 class TopicReader:
@@ -122,9 +115,9 @@ class TopicReader:
         """
         assert self._consumer is not None
         ends = await self._consumer.end_offsets(self._tps)
-        await until(
+        await wait_for(
             lambda: all(self._next.get(tp.partition, 0) >= end for tp, end in ends.items()),
-            within=within,
+            within_s=within,
             what=f"reader caught up with {self.topic}",
         )
 
@@ -221,7 +214,7 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
             finally:
                 await producer.stop()
             up = {"source": "prometheus", "workload": workload, "metric": "load"}
-            await until(lambda: len(reader.samples) >= 2, what="samples from prometheus")
+            await wait_for(lambda: len(reader.samples) >= 2, what="samples from prometheus")
             s = reader.samples[0]
             assert (s.workload, s.metric, s.value, s.source) == (
                 workload,
@@ -247,7 +240,7 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
             before_errors = gauge("governor_collector_source_errors_total", **errs) or 0
             prometheus.stop()
             try:
-                await until(lambda: gauge("governor_collector_source_up", **up) == 0)
+                await wait_for(lambda: gauge("governor_collector_source_up", **up) == 0)
                 # a failed poll set the gauge, so every earlier publish was acknowledged
                 await reader.caught_up()
                 n_down = len(reader.samples)
@@ -259,8 +252,8 @@ async def test_prometheus_source_publishes_then_stops_while_prometheus_is_down(
             finally:
                 prometheus.start()
             # Recovery.
-            await until(lambda: gauge("governor_collector_source_up", **up) == 1, within=30)
-            await until(lambda: len(reader.samples) > n_down, what="samples after recovery")
+            await wait_for(lambda: gauge("governor_collector_source_up", **up) == 1, within_s=30)
+            await wait_for(lambda: len(reader.samples) > n_down, what="samples after recovery")
             assert reader.samples[-1].value == 7.5
 
 
@@ -430,7 +423,7 @@ async def test_kafka_lag_source_publishes_through_the_scheduler(kafka_bootstrap:
     try:
         async with TopicReader(kafka_bootstrap, metrics_topic) as reader:
             await sched.apply({pol.key: pol})
-            await until(lambda: len(reader.samples) >= 2)
+            await wait_for(lambda: len(reader.samples) >= 2)
             by_metric = {s.metric: s for s in reader.samples}
             assert by_metric["lag"].value == 5.0
             assert by_metric["lag.partitions"].value == 2.0
@@ -456,7 +449,7 @@ async def test_push_endpoint_on_the_real_broker(kafka_bootstrap: str) -> None:
             TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader,
             aiohttp.ClientSession() as http,
         ):
-            await until(lambda: c.ready(), what="collector ready")
+            await wait_for(lambda: c.ready(), what="collector ready")
             async with http.get(f"{url}/readyz") as r:
                 assert r.status == 200
 
@@ -465,7 +458,7 @@ async def test_push_endpoint_on_the_real_broker(kafka_bootstrap: str) -> None:
                 assert r.status == 200, await r.text()
                 assert await r.json() == {"accepted": 5}
             # acknowledged means already on the topic
-            await until(lambda: len(reader.samples) == 5, within=10)
+            await wait_for(lambda: len(reader.samples) == 5, within_s=10)
 
             bad = {"samples": [sample_doc(w, 10), {**sample_doc(w, 11), "value": "high"}]}
             async with http.post(f"{url}/v1/samples", json=bad) as r:
@@ -506,7 +499,7 @@ async def test_policy_added_changed_deleted_live(
 
     async with running_collector(kafka_bootstrap) as c:
         _, ptopic = c.settings.topics()
-        await until(lambda: c.policies.loaded, what="policies loaded")
+        await wait_for(lambda: c.policies.loaded, what="policies loaded")
         assert c.scheduler.running == {}
         producer = Producer(kafka_bootstrap)
         await producer.start()
@@ -514,8 +507,8 @@ async def test_policy_added_changed_deleted_live(
             async with TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader:
                 pol = policy(name, name, [prom_metric("load", prometheus.url, q1)])
                 await producer.send(ptopic, PolicyRecord(pol))
-                await until(lambda: (workload, "load") in c.scheduler.running, what="started")
-                await until(lambda: any(s.value == 3 for s in reader.samples))
+                await wait_for(lambda: (workload, "load") in c.scheduler.running, what="started")
+                await wait_for(lambda: any(s.value == 3 for s in reader.samples))
 
                 # change: a new query and a second metric (push)
                 changed = policy(
@@ -527,10 +520,10 @@ async def test_policy_added_changed_deleted_live(
                     ],
                 )
                 await producer.send(ptopic, PolicyRecord(changed))
-                await until(lambda: (workload, "q") in c.scheduler.running, what="changed")
+                await wait_for(lambda: (workload, "q") in c.scheduler.running, what="changed")
                 # the restart stopped the old query (its last publish acknowledged) before the
                 # new one started: once a 4 is on the topic, no 3 may follow it
-                await until(lambda: sum(s.value == 4 for s in reader.samples) >= 3)
+                await wait_for(lambda: sum(s.value == 4 for s in reader.samples) >= 3)
                 after = reader.samples
                 first_new = next(i for i, s in enumerate(after) if s.value == 4)
                 assert {s.value for s in after[first_new:]} == {4}
@@ -543,7 +536,7 @@ async def test_policy_added_changed_deleted_live(
 
                 # delete: tombstone
                 await producer.tombstone(ptopic, pol.key)
-                await until(lambda: c.scheduler.running == {}, what="stopped")
+                await wait_for(lambda: c.scheduler.running == {}, what="stopped")
                 await reader.caught_up()
                 mark = len(reader.samples)
                 await asyncio.sleep(1.5)
@@ -586,16 +579,18 @@ async def test_two_collectors_split_the_pull_sources_and_share_push(
                 ]
                 pol = policy(f"{name}-{i}", f"{name}-{i}", metrics)
                 await producer.send(ptopic, PolicyRecord(pol))
-            await until(lambda: pulled(a) == pull, within=60, what="the first collector: all")
+            await wait_for(lambda: pulled(a) == pull, within_s=60, what="the first collector: all")
             async with running_collector(kafka_bootstrap, **topics) as b:
-                await until(
+                await wait_for(
                     lambda: pulled(a) and pulled(b) and not pulled(a) & pulled(b),
-                    within=90,
+                    within_s=90,
                     what="the pull sources split between the two",
                 )
-                await until(lambda: pulled(a) | pulled(b) == pull, within=60, what="all pulled")
+                await wait_for(
+                    lambda: pulled(a) | pulled(b) == pull, within_s=60, what="all pulled"
+                )
                 assert push <= set(a.scheduler.running) and push <= set(b.scheduler.running)
-            await until(lambda: pulled(a) == pull, within=90, what="all back in the one left")
+            await wait_for(lambda: pulled(a) == pull, within_s=90, what="all back in the one left")
             for i in range(len(workloads)):
                 await producer.tombstone(ptopic, f"itest/{name}-{i}")
 
@@ -635,7 +630,7 @@ async def test_restart_reads_the_table_without_replaying_old_versions(
     c = Collector(s)
     await c.start()
     try:
-        await until(lambda: c.policies.loaded)
+        await wait_for(lambda: c.policies.loaded)
         running = c.scheduler.running
         assert list(running) == [("itest/Deployment/a", "m")]
         assert running[("itest/Deployment/a", "m")].config.query == "y"  # type: ignore[union-attr]
@@ -714,7 +709,7 @@ async def test_entry_point_sigterm_flushes_accepted_pushes(kafka_bootstrap: str)
     assert any(d.get("msg") == "collector stopped" for d in docs)
     assert all(d.get("service") == "collector" for d in docs)
     async with TopicReader(kafka_bootstrap, metrics_topic) as reader:
-        await until(lambda: len(reader.samples) >= accepted, within=10)
+        await wait_for(lambda: len(reader.samples) >= accepted, within_s=10)
         await asyncio.sleep(0.5)
         got = {s.value for s in reader.samples if s.workload == w}
     print(f"accepted {accepted} of 2000 around SIGTERM, {len(got)} on the topic")

@@ -19,7 +19,8 @@ from governor import events
 from governor.bus import Consumer, Message, Producer
 from governor.topics import describe_topics, ensure_topics
 from governor_decider.restorer import Restorer
-from tests.integration.test_bus import _decision, renamed, wait_for
+from tests.integration.test_bus import _decision, renamed
+from tests.support.waiting import eventually, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -183,5 +184,9 @@ async def test_the_checkpoint_topic_rolls_its_segments_even_when_it_existed_befo
     new = renamed(events.DECIDER_STATE, f"test.segments.{unique_suffix}")
     actions = await ensure_topics(kafka_bootstrap, [new])
     assert any(a.startswith(f"set {new.name} configs") for a in actions), actions
-    (d, _dlq) = await describe_topics(kafka_bootstrap, [new], with_counts=False)
-    assert d.configs["segment.ms"] == "60000" and d.problems == []
+
+    async def rolls() -> None:  # a broker may answer from metadata a moment older than the set
+        (d, _dlq) = await describe_topics(kafka_bootstrap, [new], with_counts=False)
+        assert d.configs["segment.ms"] == "60000" and d.problems == []
+
+    await eventually(rolls, within_s=10)

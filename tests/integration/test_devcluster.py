@@ -14,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiClient, ApiException
 
 from tests.fixtures.kube import KubeIdentities, KubeIdentity, unique_name
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -31,19 +32,9 @@ GROUP = "devcluster-test.governor.dev"
 VERSION = "v1"
 MERGE_PATCH = "application/merge-patch+json"
 
-T = TypeVar("T")
 
-
-async def eventually(fn: Callable[[], Awaitable[T]], *, within_s: float = 15.0) -> T:
-    """Retry `fn` until it returns without raising (RBAC/CRD caches settle asynchronously)."""
-    deadline = asyncio.get_running_loop().time() + within_s
-    while True:
-        try:
-            return await fn()
-        except (ApiException, AssertionError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+# RBAC rules and CRDs reach the apiserver's caches asynchronously.
+SETTLING = (ApiException, AssertionError)
 
 
 def deployment(name: str, replicas: int, seq: int) -> client.V1Deployment:
@@ -133,7 +124,7 @@ async def scalable_crd(kube_api: ApiClient) -> AsyncIterator[tuple[str, str]]:
         conds = {c.type: c.status for c in (got.status.conditions or [])}
         assert conds.get("Established") == "True", conds
 
-    await eventually(established, within_s=30)
+    await eventually(established, within_s=30, retry_on=SETTLING)
     yield plural, kind
     with contextlib.suppress(ApiException):
         await ext.delete_custom_resource_definition(f"{plural}.{GROUP}")
@@ -166,7 +157,7 @@ async def test_custom_resource_scale_subresource(
     async def create() -> Any:  # the new resource's endpoint may 404 just after Established
         return await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
 
-    await eventually(create)
+    await eventually(create, within_s=15, retry_on=SETTLING)
     scale = await custom.patch_namespaced_custom_object_scale(
         GROUP,
         VERSION,
@@ -337,7 +328,7 @@ async def test_rbac_least_privilege(
         ),
     )
 
-    scale = await eventually(lambda: scale_to(3))  # RBAC caches update asynchronously
+    scale = await eventually(lambda: scale_to(3), within_s=15, retry_on=SETTLING)
     assert scale.spec.replicas == 3
     assert await _subject_access_review(kube_api, who, namespace, "patch", "deployments", "scale")
     assert (await apps.read_namespaced_deployment("app", namespace)).spec.replicas == 3

@@ -14,7 +14,8 @@ from governor.bus import Producer
 from governor.events import PolicyRecord
 from governor.importer import convert_documents
 from tests.fixtures.redis import RedisServer
-from tests.integration.test_collector import TopicReader, running_collector, until
+from tests.integration.test_collector import TopicReader, running_collector
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -78,9 +79,9 @@ async def test_imported_redis_policy_is_collected(
                 await producer.send(policies_topic, PolicyRecord(conv.policy))
             finally:
                 await producer.stop()
-            await until(lambda: any(s.value == 0 for s in reader.samples), what="length 0")
+            await wait_for(lambda: any(s.value == 0 for s in reader.samples), what="length 0")
             redis_server.command("RPUSH", list_name, "a", "b", "c", "d", password=PASSWORD)
-            await until(lambda: any(s.value == 4 for s in reader.samples), what="length 4")
+            await wait_for(lambda: any(s.value == 4 for s in reader.samples), what="length 4")
             s = reader.samples[-1]
             assert (s.workload, s.metric, s.source) == (
                 "itest/Deployment/votes",

@@ -5,7 +5,6 @@ from the collector's environment, and the errors."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from governor.spec import RabbitMQSource as RabbitSpec
 from governor_collector.sources import SourceError
 from tests.fixtures.rabbitmq import RabbitMQ
 from tests.support.sources import collect_one, deployment_target
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -30,16 +30,14 @@ async def collect(spec: RabbitSpec) -> float:
     return (await collect_one(TARGET, spec, time.time())).value
 
 
-async def eventually(get: Callable[[], Awaitable[float]], want: float, within: float = 20) -> None:
+async def collects(get: Callable[[], Awaitable[float]], want: float) -> None:
     """RabbitMQ publishes queue statistics every collect_statistics_interval (1 s here)."""
-    deadline = time.monotonic() + within
-    got = None
-    while time.monotonic() < deadline:
+
+    async def check() -> None:
         got = await get()
-        if got == want:
-            return
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"got {got}, want {want}")
+        assert got == want, f"got {got}, want {want}"
+
+    await eventually(check, within_s=20, interval=0.3)
 
 
 def url(rmq: RabbitMQ, credentials: str = "guest:guest@", vhost: str = "") -> str:
@@ -52,9 +50,9 @@ async def test_queue_length_and_publish_rate(rabbitmq: RabbitMQ) -> None:
     length = RabbitSpec(queue_name=q, host=url(rabbitmq))
     assert await collect(length) == 0
     rabbitmq.publish(q, 7)
-    await eventually(lambda: collect(length), 7)
+    await collects(lambda: collect(length), 7)
     ready = RabbitSpec(queue_name=q, host=url(rabbitmq), exclude_unacknowledged=True)
-    await eventually(lambda: collect(ready), 7)
+    await collects(lambda: collect(ready), 7)
     rate = await collect(RabbitSpec(queue_name=q, host=url(rabbitmq), mode="MessageRate"))
     assert rate >= 0  # messages/s over RabbitMQ's last sample interval
 
@@ -67,7 +65,7 @@ async def test_regex_over_queues_combines_by_operation(rabbitmq: RabbitMQ) -> No
     pattern = f"^{tag}-.*-incoming$"
     for op, want in (("sum", 6), ("max", 4), ("avg", 3)):
         spec = RabbitSpec(queue_name=pattern, host=url(rabbitmq), use_regex=True, operation=op)  # type: ignore[arg-type]
-        await eventually(lambda spec=spec: collect(spec), want)
+        await collects(lambda spec=spec: collect(spec), want)
     with pytest.raises(SourceError) as err:
         await collect(RabbitSpec(queue_name=f"^{tag}-none$", host=url(rabbitmq), use_regex=True))
     assert err.value.reason == "no_queue_matches"
@@ -84,7 +82,7 @@ async def test_vhost_amqp_host_and_credentials_from_env(
     q = qname()
     rabbitmq.declare(q, vhost)
     rabbitmq.publish(q, 3, vhost)
-    await eventually(lambda: collect(RabbitSpec(queue_name=q, host=url(rabbitmq, vhost=vhost))), 3)
+    await collects(lambda: collect(RabbitSpec(queue_name=q, host=url(rabbitmq, vhost=vhost))), 3)
     # KEDA's amqp:// host: governor asks the management API of the same host (port 15672 there;
     # here the test node's management port is given through the env var holding the host).
     monkeypatch.setenv("GOVERNOR_TEST_RMQ_HOST", url(rabbitmq, "", vhost))

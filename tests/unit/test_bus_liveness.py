@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from aiokafka.errors import KafkaConnectionError
 
 from governor.bus import Liveness
-
-
-async def until(cond: object, within_s: float = 10.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
+from tests.support.waiting import wait_for
 
 
 async def test_liveness_goes_stale_while_probes_fail_and_fresh_when_one_answers() -> None:
@@ -31,10 +24,10 @@ async def test_liveness_goes_stale_while_probes_fail_and_fresh_when_one_answers(
     task = asyncio.create_task(live.run(probe))
     try:
         assert live.fresh  # just started
-        await until(lambda: not live.fresh)
+        await wait_for(lambda: not live.fresh)
         assert probes >= 1
         broker_up = True
-        await until(lambda: live.fresh)
+        await wait_for(lambda: live.fresh)
         live.ok()
         assert live.fresh
     finally:

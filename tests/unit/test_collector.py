@@ -43,6 +43,7 @@ from governor_collector.sources.prometheus import parse_response, value_of
 from governor_collector.sources.push import PushHub, decode_batch, push_routes
 from governor_collector.sources.resource import parse_quantity, usage_from_pod_metrics
 from tests.support.policies import scaling_policy
+from tests.support.waiting import wait_for
 
 W = "shop/Deployment/web"
 
@@ -451,13 +452,6 @@ class FakeSource(PullSource[FakeSpec]):
 register(FakeSource)
 
 
-async def until(cond: Any, within: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_failing_source_publishes_nothing_and_says_why() -> None:
     pub = FakePublisher()
     sched = Scheduler(SourceContext(), pub)
@@ -469,7 +463,7 @@ async def test_failing_source_publishes_nothing_and_says_why() -> None:
     await sched.start(WantedSource(target, FakeSpec()))  # type: ignore[arg-type]
     up = {"source": "fake_test", "workload": W, "metric": "fake"}
     try:
-        await until(lambda: FakeSource.polls >= 3)
+        await wait_for(lambda: FakeSource.polls >= 3)
         assert pub.published == []
         assert metric_value("governor_collector_source_up", **up) == 0
         errors = metric_value(
@@ -477,7 +471,7 @@ async def test_failing_source_publishes_nothing_and_says_why() -> None:
         )
         assert (errors or 0) - (errors_before or 0) >= 3
         FakeSource.failing = None
-        await until(lambda: len(pub.published) >= 2)
+        await wait_for(lambda: len(pub.published) >= 2)
         assert metric_value("governor_collector_source_up", **up) == 1
     finally:
         await sched.close()

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from governor.inventory import Node
 from governor.reflector import Reflector
 from tests.support.http import serving
+from tests.support.waiting import wait_for
 
 
 @dataclass
@@ -110,14 +111,6 @@ async def server() -> AsyncIterator[tuple[FakeServer, str]]:
             await fake.drop_watches()
 
 
-async def eventually(cond: Any, what: str, within: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not cond():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.02)
-
-
 async def test_list_watch_resume_and_relist(server: tuple[FakeServer, str]) -> None:
     fake, url = server
     for name in ("a", "b", "c"):
@@ -144,13 +137,13 @@ async def test_list_watch_resume_and_relist(server: tuple[FakeServer, str]) -> N
         seen.clear()
 
         await fake.put("d", "4")
-        await eventually(lambda: "d" in r.store, "ADDED d")
+        await wait_for(lambda: "d" in r.store, what="ADDED d")
         assert seen == [("d", None, "4")]
 
         # a dropped connection resumes from the last resourceVersion: no relist, nothing lost
         await fake.drop_watches()
         await fake.put("a", "2")
-        await eventually(lambda: r.store["a"].status.allocatable["cpu"] == "2", "MODIFIED a")
+        await wait_for(lambda: r.store["a"].status.allocatable["cpu"] == "2", what="MODIFIED a")
         assert (r.lists, fake.lists) == (1, 2)
         assert fake.watches[-1] >= 4  # resumed after d, not from the list's version
         assert seen[-1] == ("a", "1", "2")
@@ -162,7 +155,7 @@ async def test_list_watch_resume_and_relist(server: tuple[FakeServer, str]) -> N
         await fake.delete("b")
         await fake.put("e", "5")
         await fake.put("c", "3")
-        await eventually(lambda: r.resource_version == str(fake.rv), "watching after a relist")
+        await wait_for(lambda: r.resource_version == str(fake.rv), what="watching after a relist")
         assert r.lists == 2  # the first list and one relist (two pages each)
         assert fake.lists == 4
         assert sorted(r.store) == ["a", "c", "d", "e"]
@@ -213,12 +206,12 @@ async def test_the_demo_watch_is_a_dict_of_json_over_the_reflector(
         assert seen == [("a", "1")] and w.objects["a"]["metadata"]["name"] == "a"
         await fake.put("b", "2")
         await fake.delete("a")
-        await eventually(lambda: sorted(w.objects) == ["b"], "ADDED b, DELETED a")
+        await wait_for(lambda: sorted(w.objects) == ["b"], what="ADDED b, DELETED a")
         assert seen == [("a", "1"), ("b", "2"), ("a", None)]
         fake.compacted = fake.rv + 1  # 410: the relist replaces the store; objects follows it
         await fake.drop_watches()
         await fake.put("c", "3")
-        await eventually(lambda: sorted(w.objects) == ["b", "c"], "relisted")
+        await wait_for(lambda: sorted(w.objects) == ["b", "c"], what="relisted")
         assert set(fake.selectors) == {"pool=gpu"}  # every list and watch asked for the pool
     finally:
         task.cancel()
