@@ -85,11 +85,11 @@ async def add_workload(k: Kube, e: Env, name: str) -> str:
 
 
 def has(key: str, e: Env) -> Callable[[], Awaitable[bool]]:
-    def check() -> bool:
-        log: TopicLog = asyncio.run(read_log(e.bootstrap, e.topics["workloads"]))
+    async def check() -> bool:
+        log: TopicLog = await read_log(e.bootstrap, e.topics["workloads"])
         return key in log.table
 
-    return lambda: asyncio.to_thread(check)
+    return check
 
 
 async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over(

@@ -31,8 +31,8 @@ from tests.integration.test_collector import (
     running_collector,
     sample_doc,
     uid,
-    until,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -63,7 +63,7 @@ async def check_collector(
 ) -> None:
     """`check_cases` on a collector run with `settings` (its push authentication)."""
     async with running_collector(kafka_bootstrap, **settings) as c:
-        await until(c.ready, what="collector ready")
+        await wait_for(c.ready, what="collector ready")
         async with TopicReader(kafka_bootstrap, c.settings.metrics_topic) as reader:
             await check_cases(
                 f"http://127.0.0.1:{c.port}",
