@@ -100,7 +100,7 @@ from governor.entry import service_settings
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
 from governor.stream_order import StreamOrder
-from governor.telemetry import HealthServer, JsonFormatter, Tally
+from governor.telemetry import HealthServer, JsonFormatter, SlowTickAsInfo, Tally
 from governor_aggregator.app import FETCH_WAIT_ENV, broker_credentials, faust_app
 from governor_aggregator.cli import PREFIX
 from governor_aggregator.policies import PolicyFollower
@@ -561,7 +561,8 @@ def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         "formatters": {"json": {"()": JsonFormatter, "service": "aggregator"}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
         "root": {"handlers": ["stderr"], "level": settings.log_level.upper()},
-        "loggers": {"aiokafka": {"level": "CRITICAL"}},
+        "filters": {"slow_tick": {"()": SlowTickAsInfo}},
+        "loggers": {"aiokafka": {"level": "CRITICAL"}, "mode.timers": {"filters": ["slow_tick"]}},
     }
     worker = faust.Worker(
         app,
