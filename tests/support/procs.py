@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -12,11 +11,9 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from governor_tools.demo.stack import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["Service", "free_port", "governor_service", "service_env", "terminate"]
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -93,9 +93,19 @@ def exclusive(path: Path = DEVCLUSTER_HOME.parent / "demo.lock") -> Iterator[Non
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now that this process has not handed out before: services started together
+    must not get the same one (the second's bind would fail while the first answers its health
+    checks, and a request meant for the second would reach the first)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+_HANDED_OUT: set[int] = set()
 
 
 def script_env(hpa_sync_seconds: float = 15.0) -> dict[str, str]:
