@@ -28,6 +28,7 @@ from governor.bus import (
     read_table,
     topic_partitions,
 )
+from governor.bus.connect import probe_partition
 from governor.topics import describe_topics, ensure_topics
 from tests.fixtures.kafka import KafkaBroker
 from tests.support.waiting import wait_for
@@ -560,6 +561,26 @@ async def test_start_gives_up_with_a_clear_error_when_no_broker_answers() -> Non
     assert not p.ready
     with pytest.raises(BusUnavailable, match=r"127\.0\.0\.1:1"):
         await ensure_topics("127.0.0.1:1", start_timeout_s=1.0)
+
+
+async def test_the_liveness_probe_asks_a_broker_about_one_partition_not_every_topic(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    t = renamed(events.LOAD, f"test.probe.{unique_suffix}", partitions=3)
+    await ensure_topics(kafka_bootstrap, [t])
+    c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    await c.start()
+    try:
+        # Nothing known of its topics: every topic's metadata, as before (it still answers).
+        assert await probe_partition(c, ["test.probe.none"]) is None
+        c.assign([TopicPartition(t.name, 2), TopicPartition(t.name, 1)])
+        assert await probe_partition(c, [t.name]) == TopicPartition(t.name, 1)
+        c.unsubscribe()
+        # No assignment: the first partition of its topics that the metadata knows (the assign
+        # above fetched the topic's).
+        assert await probe_partition(c, ["test.probe.none", t.name]) == TopicPartition(t.name, 0)
+    finally:
+        await c.stop()
 
 
 async def test_ready_follows_the_client_lifecycle(kafka_bootstrap: str) -> None:

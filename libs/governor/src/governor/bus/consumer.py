@@ -16,7 +16,13 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import Counter
 
 from governor.bus.codec import DeadLetter, Decoder, DlqReason, Message, dlq_headers
-from governor.bus.connect import Liveness, default_bootstrap, start_client, topic_partitions
+from governor.bus.connect import (
+    Liveness,
+    default_bootstrap,
+    probe_partition,
+    start_client,
+    topic_partitions,
+)
 from governor.bus.producer import Producer
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
@@ -161,7 +167,8 @@ class Consumer:
         self._consumer = consumer
         self._stopping = False
         self._liveness = Liveness()
-        self._probe = asyncio.create_task(self._liveness.run(consumer.topics), name="bus probe")
+        probe = self._liveness.run(lambda: probe_partition(consumer, names))
+        self._probe = asyncio.create_task(probe, name="bus probe")
 
     @property
     def started(self) -> bool:
