@@ -70,6 +70,11 @@ def leads(s: Service) -> bool:
     return metric(s.metrics(), "governor_collector_cluster_leader") == 1.0
 
 
+def leading(s: Service) -> Callable[[], Awaitable[bool]]:
+    """`leads(s)` for `wait_for`, in a thread (the scrape blocks)."""
+    return lambda: asyncio.to_thread(leads, s)
+
+
 async def add_workload(k: Kube, e: Env, name: str) -> str:
     template = {
         "metadata": {"labels": {"app": name}},
@@ -103,9 +108,7 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
     services = [a, b]
     try:
         await asyncio.to_thread(a.start)
-        await wait_for(
-            lambda: asyncio.to_thread(leads, a), 30, "the first collector to lead by itself"
-        )
+        await wait_for(leading(a), 30, "the first collector to lead by itself")
         await asyncio.to_thread(b.start)
         web = await add_workload(e.kube, e, "web")
         await wait_for(has(web, e), 30, "the leader's WorkloadState for web")
@@ -120,9 +123,7 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
         a.kill9()
         killed = time.monotonic()
         api = await add_workload(e.kube, e, "api")  # a change only the next leader can publish
-        await wait_for(
-            lambda: asyncio.to_thread(leads, b), LEASE_S + RENEW_S + 10, "the follower to take over"
-        )
+        await wait_for(leading(b), LEASE_S + RENEW_S + 10, "the follower to take over")
         took_over = time.monotonic() - killed
         await wait_for(has(api, e), 30, "the new leader's WorkloadState for api")
         assert published(b) > 0
@@ -140,7 +141,7 @@ async def test_two_cluster_collectors_one_leader_publishes_and_a_kill_hands_over
         released = await e.kube.get("coordination.k8s.io/v1", "leases", lease, namespace=e.ns)
         assert released["spec"]["holderIdentity"] in ("", "collector-c")
         await wait_for(
-            lambda: asyncio.to_thread(leads, c),
+            leading(c),
             30,
             "the third collector to take the released Lease",
         )
@@ -198,13 +199,13 @@ async def test_a_leader_partitioned_from_the_api_server_steps_down_before_the_ot
     b = collector(e, lease, "collector-b", tmp_path)
     try:
         await asyncio.to_thread(a.start)
-        await wait_for(lambda: asyncio.to_thread(leads, a), 30, "the proxied collector to lead")
+        await wait_for(leading(a), 30, "the proxied collector to lead")
         await asyncio.to_thread(b.start)
         before = published(a)
         with Sampler(a, b) as sampled:
             await toxiproxy.partition(proxy)
             await wait_for(
-                lambda: asyncio.to_thread(leads, b),
+                leading(b),
                 LEASE_S + RENEW_S + 15,
                 "the other to take over",
             )
