@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from governor import events
 from governor.cores.aggregator import (
+    START_INTERVAL_S,
     AggregatorCore,
     StateWrite,
     WindowSettings,
@@ -73,24 +74,52 @@ def test_redelivered_samples_are_counted_duplicate_and_change_nothing() -> None:
     assert core.take_counts() == {"duplicate": 6}
 
 
+def cadenced(core: AggregatorCore) -> int:
+    """Fold two samples into `core` whose second closes a panic window (1004 s passes the
+    watermark of the one ending at 1002 s): the series is throttled at its interval from then
+    on. The next free offset."""
+    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
+    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=1), now=0.1)).records
+    assert isinstance(window, events.LoadWindow)
+    assert any(v.closed for v in (window, *window.more))
+    return 2
+
+
 def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
     core = AggregatorCore(S)
-    core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
-    held = core.on(WorkloadSamples(W, items([1000.1], first_offset=1), now=0.2))
+    off = cadenced(core)
+    held = core.on(WorkloadSamples(W, items([1004.1], first_offset=off), now=0.2))
     assert not held.records  # less than the interval after the last one
-    assert not core.tick(0.3)  # held until its own interval is up
-    [window] = core.tick(S.publish_interval_ms / 1000).records
-    assert isinstance(window, events.LoadWindow) and window.count == 2
+    assert not core.tick(0.5)  # held until its own interval is up
+    [window] = core.tick(0.1 + S.publish_interval_ms / 1000).records
+    assert isinstance(window, events.LoadWindow) and window.count == 3
     assert not core.tick(10.0)  # nothing held back any more
+
+
+def test_a_new_series_goes_out_per_sample_until_its_first_closed_window() -> None:
+    core = AggregatorCore(S)
+    sent = []
+    for i in range(12):  # a sample a second, `now` its arrival
+        out = core.on(WorkloadSamples(W, items([1000.0 + i], first_offset=i), now=float(i)))
+        windows = [w for w in out.records if isinstance(w, events.LoadWindow)]
+        sent.append((i, bool(windows), any(v.closed for w in windows for v in (w, *w.more))))
+    first_close = next(i for i, _, closed in sent if closed)
+    # 1004 s passes the watermark (2 s lateness) of the panic window ending at 1002 s
+    assert first_close == 4
+    assert all(out for _, out, _ in sent[:first_close])  # each sample at once
+    # then only with a close (the panic hop's, every 2 s): the sample between waits for it
+    assert [out for _, out, _ in sent[first_close:]] == [i % 2 == 0 for i in range(8)]
+    assert all(closed for _, out, closed in sent[first_close:] if out)
 
 
 def test_a_closed_window_sends_the_held_estimate_with_it() -> None:
     core = AggregatorCore(S)
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
-    assert not core.on(WorkloadSamples(W, items([1001.0], first_offset=1), now=1.0)).records
+    held = core.on(WorkloadSamples(W, items([1001.0], first_offset=1), now=0.1))
+    assert not held.records  # within the start-up interval of the first one
     # 1004 s passes the watermark of the panic window ending at 1002 s: it goes out at once,
     # with the estimates of both samples held
-    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=2), now=2.0)).records
+    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=2), now=0.2)).records
     assert isinstance(window, events.LoadWindow)
     assert any(v.closed for v in (window, *window.more))
     assert not core.tick(10.0)  # the held series went out with it
@@ -209,19 +238,22 @@ def test_replaying_any_suffix_after_a_crash_changes_nothing(ts: list[float], cra
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(0.0, 2.9), min_size=1, max_size=20))
+@given(st.lists(st.floats(0.0, 2.9), min_size=1, max_size=20), st.booleans())
 def test_a_series_goes_out_at_most_once_per_interval_without_a_closed_window(
-    gaps: list[float],
+    gaps: list[float], after_a_close: bool
 ) -> None:
     core = AggregatorCore(S)
-    now, sent = 0.0, []
-    for i, gap in enumerate(gaps):
+    first = cadenced(core) if after_a_close else 0
+    interval = S.publish_interval_ms / 1000 if after_a_close else START_INTERVAL_S
+    now, sent = 0.1, [0.1] if after_a_close else []
+    for i, gap in enumerate(gaps, start=first):
         now += gap
         # 10 ms apart in event time: no window closes within the run
-        for w in core.on(WorkloadSamples(W, [(i, sample(1000.0 + i * 0.01))], now=now)).records:
+        ts = 1004.0 + i * 0.01
+        for w in core.on(WorkloadSamples(W, [(i, sample(ts))], now=now)).records:
             assert isinstance(w, events.LoadWindow) and not w.closed
             sent.append(now)
-    assert all(b - a >= S.publish_interval_ms / 1000 for a, b in pairwise(sent))
+    assert all(b - a >= interval for a, b in pairwise(sent))
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,7 +14,10 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
 - **throttling**: a series goes out at once when a window closed (the closed ones and the open
   windows' estimates, in one `LoadWindow` with `more`), else at most every `interval_s`, and
   never with the same estimates twice; what was held back goes out on the first `tick` after
-  its interval is up, unless a window closed before.
+  its interval is up, unless a window closed before. A series no window of has closed yet here
+  (a new workload, or one new to this worker) has no closes to ride on: until its first, its
+  interval is `START_INTERVAL_S`, so a new workload's first decisions see its newest sample,
+  not one held a throttle interval (at most `hop + lateness` seconds of it: 4 s by default).
 
 `on` and `tick` return load windows (`Outputs.records`). `checkpoint()` returns the table value
 (`StateWrite`: the shell writes it to the table, whose changelog is the checkpoint) of each
@@ -174,6 +177,11 @@ class PolicyWindows:
         return changes
 
 
+# The throttle of a series before its first closed window: the shell's tick (250 ms), so a
+# source of a sample a second goes out per sample and a fast one at most four times a second.
+START_INTERVAL_S = 0.25
+
+
 class AggregatorCore:
     """The windows of the workloads of this worker's partitions, and the throttle's memory."""
 
@@ -182,6 +190,7 @@ class AggregatorCore:
         self.default = self.specs(s)
         self.stable_spec, self.panic_spec, self.no_totals = self.default
         self.interval_s = s.publish_interval_ms / 1000.0
+        self.start_interval_s = min(self.interval_s, START_INTERVAL_S)
         # The workloads whose policy asks for other windows than the defaults (`on_policy`).
         self.sized: dict[str, Specs] = {}
         self.live: dict[str, WorkloadWindows] = {}
@@ -190,6 +199,8 @@ class AggregatorCore:
         self.published_at: dict[SeriesKey, float] = {}
         self.published: dict[SeriesKey, tuple[tuple[float, int], ...]] = {}
         self.dirty: dict[SeriesKey, MetricWindows] = {}
+        # The series a window of closed here: the others are throttled at `start_interval_s`.
+        self.cadenced: set[SeriesKey] = set()
         # Workloads changed since the last `checkpoint`, in the order they changed.
         self.unwritten: dict[str, None] = {}
         # Samples by outcome (ok, late, duplicate) since the shell last took them (`take_counts`).
@@ -333,8 +344,8 @@ class AggregatorCore:
         out: Outputs[Emitted] = Outputs()
         if not self.dirty:
             return out
-        since, interval = self.published_at, self.interval_s
-        due = [key for key in self.dirty if now - since.get(key, -math.inf) >= interval]
+        since, interval_of = self.published_at, self.interval_of
+        due = [key for key in self.dirty if now - since.get(key, -math.inf) >= interval_of(key)]
         for key in due:
             out.records += self.publish(key, self.dirty.pop(key), [], now)
         return out
@@ -376,7 +387,7 @@ class AggregatorCore:
         """A window closed: out now, with the estimates. Else the estimates, unless this series
         went out less than an interval ago (then `tick` sends them)."""
         key = (workload, metric)
-        if closed or now - self.published_at.get(key, -math.inf) >= self.interval_s:
+        if closed or now - self.published_at.get(key, -math.inf) >= self.interval_of(key):
             self.dirty.pop(key, None)
             return self.publish(key, series, closed, now)
         self.dirty[key] = series
@@ -394,9 +405,14 @@ class AggregatorCore:
         if not closed and sig == self.published.get(key):
             return []
         window = load_message(key[0], key[1], closed, opened, series.totals)
+        if closed:
+            self.cadenced.add(key)
         self.published[key] = sig
         self.published_at[key] = now
         return [] if window is None else [window]
+
+    def interval_of(self, key: SeriesKey) -> float:
+        return self.interval_s if key in self.cadenced else self.start_interval_s
 
     def count(self, outcome: str, n: int) -> None:
         if n > 0:
