@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import REGISTRY
 
 from governor import events
@@ -28,7 +28,7 @@ from governor.bus import (
     read_table,
     topic_partitions,
 )
-from governor.bus.connect import probe_partition
+from governor.bus.connect import probe_brokers, probe_partition
 from governor.topics import describe_topics, ensure_topics
 from tests.fixtures.kafka import KafkaBroker
 from tests.support.waiting import wait_for
@@ -581,6 +581,24 @@ async def test_the_liveness_probe_asks_a_broker_about_one_partition_not_every_to
         assert await probe_partition(c, ["test.probe.none", t.name]) == TopicPartition(t.name, 0)
     finally:
         await c.stop()
+
+
+async def test_the_producer_probe_asks_a_broker_about_no_topic(
+    kafka_bootstrap: str, unique_suffix: str
+) -> None:
+    t = renamed(events.LOAD, f"test.probe.{unique_suffix}", partitions=1)
+    await ensure_topics(kafka_bootstrap, [t])
+    p = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await p.start()
+    try:
+        # The cluster has topics (this one at least); the probe's answer describes none of them.
+        everything = await p.client.fetch_all_metadata()
+        assert t.name in everything.topics()
+        brokers, topics = await probe_brokers(p.client)
+        assert (brokers, topics) == (len(everything.brokers()), 0)
+        assert brokers >= 1
+    finally:
+        await p.stop()
 
 
 async def test_ready_follows_the_client_lifecycle(kafka_bootstrap: str) -> None:

