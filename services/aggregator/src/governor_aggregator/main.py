@@ -179,6 +179,7 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     # Topic names (same types and keys), for isolated test and benchmark runs.
     metrics_topic: str = events.METRICS.name
     load_topic: str = events.LOAD.name
+    policies_topic: str = events.POLICIES.name
 
 
 class Aggregation:
@@ -248,6 +249,7 @@ class Aggregation:
             client_id=f"{s.app_id}-policies",
             source=s.policy_source,
             locked=self.locked,
+            topic=dataclasses.replace(events.POLICIES, name=s.policies_topic),
         )
 
     async def locked(self, change: Callable[[], None]) -> None:

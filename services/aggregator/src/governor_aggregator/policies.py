@@ -43,13 +43,14 @@ class PolicyFollower:
         client_id: str,
         source: events.PolicyOrigin,
         locked: Callable[[Callable[[], None]], Awaitable[None]],
+        topic: events.Topic[events.PolicyRecord] = events.POLICIES,
     ) -> None:
         self.core = core
         self.table = PolicyWindows(defaults, source)
         self.locked = locked
         self.consumer = Consumer(
             bootstrap,
-            [events.POLICIES],
+            [topic],
             group_id=None,
             client_id=client_id,
             security=security,

@@ -101,9 +101,20 @@ class Decider:
             events.RECOMMENDATIONS, name=settings.recommendations_topic
         )
         self.decisions_topic = dataclasses.replace(events.DECISIONS, name=settings.decisions_topic)
+        self.policies_topic = dataclasses.replace(events.POLICIES, name=settings.policies_topic)
+        self.workloads_topic = dataclasses.replace(events.WORKLOADS, name=settings.workloads_topic)
+        self.checkpoints_topic = dataclasses.replace(
+            events.DECIDER_STATE, name=settings.checkpoints_topic
+        )
         self.tables = Consumer(
             settings.kafka.bootstrap,
-            [events.POLICIES, events.WORKLOADS, events.CLUSTER, events.QUOTAS, events.QUEUES],
+            (
+                self.policies_topic,
+                self.workloads_topic,
+                events.CLUSTER,
+                events.QUOTAS,
+                events.QUEUES,
+            ),
             group_id=None,
             client_id="governor-decider-tables",
             dlq_producer=self.producer,
@@ -158,9 +169,9 @@ class Decider:
         async def table(topic: events.Topic[Any]) -> dict[str, Any]:
             return await read_table(self.s.kafka.bootstrap, topic, security=sec)
 
-        for key, rec in (await table(events.POLICIES)).items():
+        for key, rec in (await table(self.policies_topic)).items():
             self._policy(key, rec)
-        for state in (await table(events.WORKLOADS)).values():
+        for state in (await table(self.workloads_topic)).values():
             self._workload(state)
         for node in (await table(events.CLUSTER)).values():
             self._node(node)
@@ -241,9 +252,9 @@ class Decider:
             j.node_deleted(name)
 
     async def on_table(self, msg: Message[Any]) -> None:
-        if msg.topic == events.POLICIES.name and msg.key is not None:
+        if msg.topic == self.policies_topic.name and msg.key is not None:
             self._policy(msg.key, msg.value)
-        elif msg.topic == events.WORKLOADS.name and msg.value is not None:
+        elif msg.topic == self.workloads_topic.name and msg.value is not None:
             self._workload(msg.value)
         elif msg.topic == events.CLUSTER.name:
             if msg.value is not None:
@@ -365,7 +376,7 @@ class Decider:
     async def _read_checkpoints(self) -> dict[str, events.DeciderCheckpoint]:
         sec = self.s.kafka.security
         return await read_table(
-            self.s.kafka.bootstrap, events.DECIDER_STATE, security=sec, timeout_s=300
+            self.s.kafka.bootstrap, self.checkpoints_topic, security=sec, timeout_s=300
         )
 
     async def _restored(self, tps: set[Any], table: dict[str, events.DeciderCheckpoint]) -> None:
@@ -409,7 +420,7 @@ class Decider:
         for j in self.journals:
             j.flush()
         due = self.stage1.checkpoints_due(time.time())
-        await self.producer.wait(await self.producer.publish_many(events.DECIDER_STATE, due))
+        await self.producer.wait(await self.producer.publish_many(self.checkpoints_topic, due))
         self._flushed_at = time.monotonic()
 
     def _decide_all(
@@ -438,7 +449,7 @@ class Decider:
             j.decide_pool(pool, now)
         self._pool_metrics(pool)
         step = self._round([(d.workload, Outputs(decision=d)) for d in out.decisions], trigger)
-        step.checkpoints = [(events.DECIDER_STATE, cp) for cp in out.checkpoints]
+        step.checkpoints = [(self.checkpoints_topic, cp) for cp in out.checkpoints]
         for sf in out.shortfalls:
             step.records.append((events.SHORTFALLS, sf))
             SHORTFALLS.labels(pool).inc()
@@ -458,7 +469,7 @@ class Decider:
         goes out: a restart can never reuse a seq), then the recommendations and decisions;
         once those are acknowledged, the latency of the decisions on new input."""
         checkpoints: list[Routed] = [
-            (events.DECIDER_STATE, cp)
+            (self.checkpoints_topic, cp)
             for _, out in outs
             for cp in ([out.checkpoint] if out.checkpoint else []) + out.shadow_checkpoints
         ]
@@ -511,7 +522,10 @@ class Decider:
     async def run(self) -> None:
         # On a secure broker the topics are admin's (governor.kafka_provision), not the decider's.
         if self.s.create_topics and self.s.kafka.security.protocol == "PLAINTEXT":
-            own = (self.load_topic, self.recommendations_topic, self.decisions_topic)
+            own = (
+                self.load_topic, self.recommendations_topic, self.decisions_topic,
+                self.policies_topic, self.workloads_topic, self.checkpoints_topic,
+            )  # fmt: skip
             topics = {t.name: t for t in (*events.TOPICS, *own)}
             await ensure_topics(self.s.kafka.bootstrap, topics.values())
         await self.producer.start()

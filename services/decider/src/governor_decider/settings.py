@@ -33,6 +33,12 @@ class DeciderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     load_topic: str = events.LOAD.name
     recommendations_topic: str = events.RECOMMENDATIONS.name
     decisions_topic: str = events.DECISIONS.name
+    # And its tables' and checkpoints': a compacted topic keeps a deleted key's tombstone a day,
+    # and a decider reads these in full when it starts (the checkpoints at every assignment),
+    # so runs that share them pay for every earlier run's workloads (bench/pipeline_latency.py).
+    policies_topic: str = events.POLICIES.name
+    workloads_topic: str = events.WORKLOADS.name
+    checkpoints_topic: str = events.DECIDER_STATE.name
     # Stage 2's hysteresis margin (see governor.cores.decider.DeciderCore.allocation_margin).
     allocation_margin: float = 0.0
     # Stage 1's checkpoints are flushed (and then the load offsets committed) this often.
