@@ -78,7 +78,7 @@ import faust
 import msgspec
 from prometheus_client import Counter, Gauge
 
-from governor import events
+from governor import events, gc_tuning
 from governor.bus import (
     DEAD_LETTERS,
     H_DLQ_INDEX,
@@ -549,6 +549,9 @@ def build_app(s: AggregatorSettings) -> faust.App:
         app.producer.buffer.max_messages = s.producer_buffer_messages
         # faust's own web server is off; /metrics, /healthz, /readyz are the same as elsewhere.
         await HealthServer(s.http_host, s.http_port, ready).start()
+        # Start-up's objects (modules, faust's app and services) out of the collector's way;
+        # the young threshold is set in start() (governor.gc_tuning says why).
+        gc_tuning.freeze_startup()
 
     return app
 
@@ -556,6 +559,7 @@ def build_app(s: AggregatorSettings) -> faust.App:
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Run the service with the settings `args` name (parsed by governor_aggregator.cli)."""
     settings = service_settings(parser, args, AggregatorSettings, PREFIX)
+    gc_tuning.configure()  # as the decider: the per-batch records and windows (gc_tuning)
     app = build_app(settings)
     # faust (mode) configures logging itself: hand it ours, one JSON object per line.
     logging_config = {
