@@ -137,8 +137,8 @@ async def probe_brokers(client: AIOKafkaClient) -> tuple[int, int]:
     """A round trip to a broker whose cost does not grow with the cluster, for a producer's
     `Liveness`: a metadata request for no topic (an empty list, not None, which is every topic),
     answered with the brokers alone; returns how many brokers and topics the answer described.
-    `client.fetch_all_metadata()`, the probe before, cost 17 ms of CPU on the local broker's
-    ~500 topics against ~1 ms for this, and an idle producer probes every `every_s`. With no
+    `client.fetch_all_metadata()`, the probe before, cost 17 ms of CPU with 611 topics on the
+    local broker against 1.2 ms for this, and an idle producer probes every `every_s`. With no
     broker known yet it still asks for all."""
     node = client.get_random_node()
     if node is None:
