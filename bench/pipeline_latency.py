@@ -592,6 +592,12 @@ async def _aggregator_drain(
     while not done0 and time.perf_counter() - waited < 120:
         await asyncio.sleep(0.05)
         done0 = _aggregated(agg)
+    if done0 >= count:
+        agg.stop()
+        raise SystemExit(
+            f"--backlog {count}: drained before the aggregator's first /metrics scrape, so no"
+            " rate can be measured; use a larger one (the default is 100,000)"
+        )
     cpu0 = cpu_s(agg.proc.pid)
     started = time.perf_counter()
     done = done0

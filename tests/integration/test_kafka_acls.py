@@ -136,20 +136,35 @@ def _reads(conf: dict[str, str]) -> dict[str, bool]:
         c.close()
 
 
+COORDINATOR_NOT_READY = (
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+)
+
+
 def _group_read(conf: dict[str, str], group: str) -> bool:
     """Fetch the group's committed offsets (OffsetFetch: needs READ, or DESCRIBE, on the group;
-    the table grants READ alone, which implies DESCRIBE)."""
+    the table grants READ alone, which implies DESCRIBE). A retriable answer (the coordinator of
+    a freshly started broker still loading its offsets: COORDINATOR_LOAD_IN_PROGRESS) is asked
+    again until PROBE_TIMEOUT_S."""
     admin = AdminClient(conf)
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=PROBE_TIMEOUT_S
-    )
-    try:
-        futures[group].result(timeout=PROBE_TIMEOUT_S)
-        return True
-    except KafkaException as e:
-        if e.args[0].code() in DENIED:
-            return False
-        raise
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    while True:
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=PROBE_TIMEOUT_S
+        )
+        try:
+            futures[group].result(timeout=PROBE_TIMEOUT_S)
+            return True
+        except KafkaException as e:
+            if e.args[0].code() in DENIED:
+                return False
+            err = e.args[0]
+            loading = err.retriable() or err.code() in COORDINATOR_NOT_READY
+            if not loading or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
 
 
 def test_the_broker_holds_exactly_the_tables_acls(kafka_secure: SecureBroker) -> None:
