@@ -158,9 +158,9 @@ def _group_read(conf: dict[str, str], group: str) -> bool:
             futures[group].result(timeout=PROBE_TIMEOUT_S)
             return True
         except KafkaException as e:
-            if e.args[0].code() in DENIED:
-                return False
             err = e.args[0]
+            if err.code() in DENIED:
+                return False
             loading = err.retriable() or err.code() in COORDINATOR_NOT_READY
             if not loading or time.monotonic() > deadline:
                 raise
