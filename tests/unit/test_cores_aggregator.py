@@ -3,6 +3,7 @@ throttle, and the state it hands the table and takes back."""
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 import msgspec
@@ -17,6 +18,7 @@ from governor.cores.aggregator import (
     WindowSettings,
     WorkloadSamples,
     WorkloadWindows,
+    close_phase,
 )
 from governor.metric_records import Partitions
 from governor.windows import (
@@ -29,6 +31,8 @@ from governor.windows import (
 
 W = "ns/Deployment/web"
 S = WindowSettings()  # 60 s / 10 s stable, 6 s / 2 s panic, 2 s lateness, 2.5 s throttle
+# W's windows close this much after the lateness (its close phase, in [0, 2 s): the panic hop).
+PHASE = close_phase(W, S.panic_hop_seconds)
 
 
 def sample(ts: float, value: float = 1.0, metric: str = "rps") -> events.MetricSample:
@@ -75,11 +79,11 @@ def test_redelivered_samples_are_counted_duplicate_and_change_nothing() -> None:
 
 
 def cadenced(core: AggregatorCore) -> int:
-    """Fold two samples into `core` whose second closes a panic window (1004 s passes the
-    watermark of the one ending at 1002 s): the series is throttled at its interval from then
-    on. The next free offset."""
+    """Fold two samples into `core` whose second closes a panic window (1006 s passes the
+    watermark of the one ending at 1002 s: 2 s lateness and W's phase): the series is throttled
+    at its interval from then on. The next free offset."""
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
-    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=1), now=0.1)).records
+    [window] = core.on(WorkloadSamples(W, items([1006.0], first_offset=1), now=0.1)).records
     assert isinstance(window, events.LoadWindow)
     assert any(v.closed for v in (window, *window.more))
     return 2
@@ -88,7 +92,7 @@ def cadenced(core: AggregatorCore) -> int:
 def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
     core = AggregatorCore(S)
     off = cadenced(core)
-    held = core.on(WorkloadSamples(W, items([1004.1], first_offset=off), now=0.2))
+    held = core.on(WorkloadSamples(W, items([1006.1], first_offset=off), now=0.2))
     assert not held.records  # less than the interval after the last one
     assert not core.tick(0.5)  # held until its own interval is up
     [window] = core.tick(0.1 + S.publish_interval_ms / 1000).records
@@ -104,11 +108,13 @@ def test_a_new_series_goes_out_per_sample_until_its_first_closed_window() -> Non
         windows = [w for w in out.records if isinstance(w, events.LoadWindow)]
         sent.append((i, bool(windows), any(v.closed for w in windows for v in (w, *w.more))))
     first_close = next(i for i, _, closed in sent if closed)
-    # 1004 s passes the watermark (2 s lateness) of the panic window ending at 1002 s
-    assert first_close == 4
+    # the first sample at or past 1002 s + 2 s lateness + W's phase closes the panic window
+    # ending at 1002 s
+    assert first_close == math.ceil(4 + PHASE)
     assert all(out for _, out, _ in sent[:first_close])  # each sample at once
     # then only with a close (the panic hop's, every 2 s): the sample between waits for it
-    assert [out for _, out, _ in sent[first_close:]] == [i % 2 == 0 for i in range(8)]
+    after = [out for _, out, _ in sent[first_close:]]
+    assert after == [i % 2 == 0 for i in range(len(after))]
     assert all(closed for _, out, closed in sent[first_close:] if out)
 
 
@@ -117,9 +123,9 @@ def test_a_closed_window_sends_the_held_estimate_with_it() -> None:
     core.on(WorkloadSamples(W, items([1000.0]), now=0.0))
     held = core.on(WorkloadSamples(W, items([1001.0], first_offset=1), now=0.1))
     assert not held.records  # within the start-up interval of the first one
-    # 1004 s passes the watermark of the panic window ending at 1002 s: it goes out at once,
+    # 1006 s passes the watermark of the panic window ending at 1002 s: it goes out at once,
     # with the estimates of both samples held
-    [window] = core.on(WorkloadSamples(W, items([1004.0], first_offset=2), now=0.2)).records
+    [window] = core.on(WorkloadSamples(W, items([1006.0], first_offset=2), now=0.2)).records
     assert isinstance(window, events.LoadWindow)
     assert any(v.closed for v in (window, *window.more))
     assert not core.tick(10.0)  # the held series went out with it
@@ -157,6 +163,44 @@ def test_a_restored_state_keeps_the_offsets_so_a_rebalance_does_not_fold_twice()
     assert second.holds(W)
     assert not second.on(WorkloadSamples(W, batch, now=1.0))
     assert second.take_counts() == {"duplicate": 2}
+
+
+def test_a_table_value_of_windows_without_the_phase_keeps_them() -> None:
+    # A value written before close phases (lateness 2 s alone): the boundaries are the same, so
+    # its windows are kept, on the phased spec.
+    old = AggregatorCore(S)
+    old.phased[W] = old.default  # what an aggregator without the phase held
+    old.on(WorkloadSamples(W, items([1000.0, 1001.0]), now=0.0))
+    [write] = old.checkpoint().checkpoints
+    assert isinstance(write, StateWrite)
+    core = AggregatorCore(S)
+    assert core.restore(W, write.value)
+    series = core.live[W]["rps"]
+    assert series.stable.spec.allowed_lateness == S.allowed_lateness_seconds + PHASE
+    assert series.stable.open == state_of(write)["rps"].stable.open
+    assert series.panic.open == state_of(write)["rps"].panic.open
+
+
+def test_the_closes_of_series_on_one_beat_spread_over_the_hop() -> None:
+    # 400 workloads whose sources report on the same second: without a phase each would close
+    # its panic window on the same beat, every 2 s (all 400, then none).
+    core = AggregatorCore(S)
+    workloads = [f"ns/Deployment/w{i}" for i in range(400)]
+    closes_per_beat = []
+    for t in range(30):
+        closes = 0
+        for w in workloads:
+            smp = events.MetricSample(workload=w, metric="rps", value=1.0, timestamp=1000.0 + t)
+            for window in core.on(WorkloadSamples(w, [(t, smp)], now=float(t))).records:
+                assert isinstance(window, events.LoadWindow)
+                closes += any(v.closed for v in (window, *window.more))
+        closes_per_beat.append(closes)
+    steady = closes_per_beat[10:]
+    # Every workload closes once per hop (2 beats), and no beat takes much more than its half.
+    assert sum(steady) == 400 * len(steady) // 2
+    assert max(steady) <= 0.6 * 400
+    assert all(0 <= close_phase(w, 2.0) < 2.0 for w in workloads)
+    assert close_phase(W, 2.0) == PHASE  # the same id, the same phase (crc32, not hash())
 
 
 def test_an_unreadable_table_value_starts_the_series_over() -> None:

@@ -17,7 +17,11 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
   its interval is up, unless a window closed before. A series no window of has closed yet here
   (a new workload, or one new to this worker) has no closes to ride on: until its first, its
   interval is `START_INTERVAL_S`, so a new workload's first decisions see its newest sample,
-  not one held a throttle interval (at most `hop + lateness` seconds of it: 4 s by default).
+  not one held a throttle interval (at most `hop + lateness + phase` seconds of it: under 6 s
+  by default);
+- **close phases**: a workload's windows close `close_phase` (a fixed share of the panic hop,
+  from a hash of its id) after their lateness, so workloads whose sources report on one beat
+  do not all close a window on the same one.
 
 `on` and `tick` return load windows (`Outputs.records`). `checkpoint()` returns the table value
 (`StateWrite`: the shell writes it to the table, whose changelog is the checkpoint) of each
@@ -32,6 +36,7 @@ a workload the core does not hold comes from the table through `restore`; after 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 
 import msgspec
@@ -177,6 +182,42 @@ class PolicyWindows:
         return changes
 
 
+def close_phase(workload: str, hop: float) -> float:
+    """How much later than the lateness `workload`'s windows close: a fixed fraction of `hop`
+    from a hash of its id (crc32: the same in every process), spread evenly over [0, hop).
+
+    Windows are epoch-aligned and sources report on a common beat (a scrape interval, a push
+    loop), so without it every series would close its window in the same second: the
+    aggregators' load messages and the deciders' evaluations came as one burst of all
+    workloads every panic hop, and the last of a burst waited behind the others. Spread over
+    the hop, each beat closes 1/hop of them. Prometheus spreads its scrapes the same way (an
+    offset per target from a hash). The boundaries do not move (the simulator's windows are
+    the same ones), only when a closed one goes out; the open windows' estimates, which carry
+    the newest sample, go out with every close as before."""
+    return hop * (zlib.crc32(workload.encode()) / 2**32)
+
+
+def phased(specs: Specs, workload: str) -> Specs:
+    """`specs` with `workload`'s close phase added to both windows' lateness: one phase, below
+    both hops, so a stable window still closes with a panic one (one message)."""
+    stable, panic, no_totals = specs
+    extra = close_phase(workload, min(stable.hop, panic.hop))
+    return (
+        msgspec.structs.replace(stable, allowed_lateness=stable.allowed_lateness + extra),
+        msgspec.structs.replace(panic, allowed_lateness=panic.allowed_lateness + extra),
+        no_totals,
+    )
+
+
+def respecced(series: SeriesWindows, spec: WindowSpec) -> SeriesWindows:
+    """`series` on `spec`: its windows kept if only the lateness differs, else none."""
+    if series.spec == spec:
+        return series
+    if msgspec.structs.replace(series.spec, allowed_lateness=spec.allowed_lateness) == spec:
+        return msgspec.structs.replace(series, spec=spec)
+    return SeriesWindows(spec=spec)
+
+
 # The throttle of a series before its first closed window: the shell's tick (250 ms), so a
 # source of a sample a second goes out per sample and a fast one at most four times a second.
 START_INTERVAL_S = 0.25
@@ -193,6 +234,8 @@ class AggregatorCore:
         self.start_interval_s = min(self.interval_s, START_INTERVAL_S)
         # The workloads whose policy asks for other windows than the defaults (`on_policy`).
         self.sized: dict[str, Specs] = {}
+        # Each workload's windows with its close phase in the lateness (`close_phase`), memoized.
+        self.phased: dict[str, Specs] = {}
         self.live: dict[str, WorkloadWindows] = {}
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
@@ -219,19 +262,24 @@ class AggregatorCore:
         )
 
     def specs_of(self, workload: str) -> Specs:
-        return self.sized.get(workload, self.default)
+        """`workload`'s windows, their lateness raised by its close phase."""
+        specs = self.phased.get(workload)
+        if specs is None:
+            specs = self.phased[workload] = phased(self.sized.get(workload, self.default), workload)
+        return specs
 
     def on_policy(self, workload: str, sizes: WindowSettings | None) -> None:
         """The windows `workload`'s policy asks for (`governor.window_sizes.window_sizes`;
         None: it has no policy, the defaults hold). A held series whose windows change size
         starts them afresh (`conform`)."""
         specs = self.default if sizes is None else self.specs(sizes)
-        if specs == self.specs_of(workload):
+        if specs == self.sized.get(workload, self.default):
             return
         if specs == self.default:
             self.sized.pop(workload, None)
         else:
             self.sized[workload] = specs
+        self.phased.pop(workload, None)
         state = self.live.get(workload)
         if state and self.conform(workload, state):
             self.unwritten[workload] = None
@@ -240,7 +288,8 @@ class AggregatorCore:
         """Give each series of `state` the workload's windows; True if one changed.
 
         A window kind whose size or hop changed starts over, empty: its windows hold sorted
-        values, not the samples' times, so no window of another size can be cut from them.
+        values, not the samples' times, so no window of another size can be cut from them. One
+        whose lateness alone changed (a close phase) keeps its windows.
         The series keeps its source offset (what was folded is not folded again) and a per-pod
         series its instants (each is one instant, whatever the window), with the new horizon.
         The decider takes a window of a new size over the one it holds
@@ -251,10 +300,8 @@ class AggregatorCore:
             if series.stable.spec == stable and series.panic.spec == panic:
                 continue
             changed = True
-            if series.stable.spec != stable:
-                series.stable = SeriesWindows(spec=stable)
-            if series.panic.spec != panic:
-                series.panic = SeriesWindows(spec=panic)
+            series.stable = respecced(series.stable, stable)
+            series.panic = respecced(series.panic, panic)
             if series.totals is not None:
                 series.totals = msgspec.structs.replace(series.totals, horizon=no_totals.horizon)
             self.published.pop((workload, metric), None)
@@ -283,6 +330,7 @@ class AggregatorCore:
     def revoked(self) -> None:
         """Partitions moved: nothing held is current; the table (restored) is the truth."""
         self.live.clear()
+        self.phased.clear()
         self.dirty.clear()
         self.unwritten.clear()
 
