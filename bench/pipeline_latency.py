@@ -28,7 +28,8 @@ workload, so decisions keep coming). Measured, in one run:
   push (its --duration and the drain), and the load average at its start and end: on a shared
   machine the latency depends on the CPU share the services get, and the CPU cost does not;
 - every 15 s: consumer lag of the aggregator(s) (metrics) and the decider (load), and the
-  resident memory (VmRSS) of each process; VmRSS at the end of each N;
+  resident memory (VmRSS) of each process (one /metrics scrape of each service, in a thread,
+  so the push keeps its one-second beat); VmRSS at the end of each N;
 - state bytes per workload: the decider's checkpoint, the aggregator's table value, and the
   decider core's memory per workload (tracemalloc; the policy apart from the state proper);
 - samples/s one aggregator process sustains from a backlog written by the collector's batch path
@@ -355,23 +356,26 @@ async def latency_run(
     # decider's messages behind (load messages, about one per sample, and recommendations).
     lag_totals: list[tuple[float, int]] = []
 
-    def samples_behind(behind: list[str]) -> int:
-        aggregated = sum(_aggregated(a) for a in aggregators)
-        deciders_behind = sum(
-            int(float(x.rsplit("=", 1)[1])) for x in behind if x.startswith("decider:")
-        )
-        return max(0, sent - int(aggregated)) + deciders_behind
+    async def take_sample(at: float, pushed: int) -> None:
+        """Lags and RSS `at` seconds into the run, `pushed` samples sent by then: one scrape of
+        each service, in a thread. On the push's loop the scrapes (a decider's /metrics is ~9 MB
+        at 10,000 workloads) held the next second's push back, which then went out with the
+        one after it: a burst of two seconds of samples that the pipeline never gets from a
+        steady source, every 15 s."""
+        rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
+        snap = await asyncio.to_thread(Snapshot.take, aggregators, deciders)
+        lag_totals.append((at, snap.samples_behind(pushed)))
+        snap.decider_lags(decider_lags)
+        lags.append(f"t+{at:.0f}s {' '.join(snap.lags)} RSS {rss_now}")
 
+    sampling: asyncio.Task[None] | None = None
     async with aiohttp.ClientSession() as http:
         while time.time() - start < duration + DRAIN_S:
             tick = last_round = time.time()
-            # Every 15 s (a /metrics scrape of a decider with 1,000 workloads costs it ~0.3 s CPU).
-            if tick - start < duration and int(tick - start) // 15 > len(lags) - 1:
-                rss_now = " ".join(f"{k}={rss_mib(v):.0f}MiB" for k, v in pids.items())
-                behind = _lags(*aggregators, *deciders)
-                lag_totals.append((tick - start, samples_behind(behind)))
-                _decider_lags(deciders, decider_lags)
-                lags.append(f"t+{tick - start:.0f}s {' '.join(behind)} RSS {rss_now}")
+            # Every 15 s, as Prometheus would (and never two at once on a starved machine).
+            due = int(tick - start) // 15 > len(lags) - 1
+            if tick - start < duration and due and (sampling is None or sampling.done()):
+                sampling = asyncio.create_task(take_sample(tick - start, sent))
             for lo in range(0, n, 500):
                 batch = [
                     {
@@ -394,9 +398,11 @@ async def latency_run(
     pushed = time.time() - start
     cpu = {k: (cpu_s(v) - cpu0[k]) / pushed for k, v in pids.items()}
     cpu["bench"] = (time.process_time() - own0) / pushed
-    behind = _lags(*aggregators, *deciders)
-    lag_totals.append((time.time() - start, samples_behind(behind)))
-    _decider_lags(deciders, decider_lags)
+    if sampling is not None:
+        await sampling
+    snap = await asyncio.to_thread(Snapshot.take, aggregators, deciders)
+    lag_totals.append((time.time() - start, snap.samples_behind(sent)))
+    snap.decider_lags(decider_lags)
     await asyncio.sleep(QUIET_S)
     stop.set()
     await follower
@@ -464,42 +470,65 @@ def _scrape(svc: Service) -> str:
 
 def _aggregated(svc: Service) -> float:
     """Samples an aggregator has handled (every outcome), from its /metrics."""
+    return _aggregated_in(_scrape(svc))
+
+
+def _aggregated_in(text: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
-        for line in _scrape(svc).splitlines()
+        for line in text.splitlines()
         if line.startswith("governor_aggregator_samples_total{")
     )
 
 
-def _lags(*services: Service) -> list[str]:
-    """governor_bus_consumer_lag of each service (messages behind, by topic), as name:topic=n."""
+def _lags_in(svc: Service, text: str) -> list[str]:
+    """governor_bus_consumer_lag in a service's /metrics (messages behind, by topic), as
+    name:topic=n."""
     out = []
-    for svc in services:
-        try:
-            text = svc.metrics()
-        except OSError:  # a scrape that timed out (a loaded machine): this sample without it
-            continue
-        for line in text.splitlines():
-            if line.startswith("governor_bus_consumer_lag{"):
-                topic = line.split('topic="', 1)[1].split('"', 1)[0]
-                if topic.startswith("bench-"):
-                    out.append(
-                        f"{svc.command.removeprefix('governor-')}:{topic}=" + line.rsplit(" ", 1)[1]
-                    )
+    for line in text.splitlines():
+        if line.startswith("governor_bus_consumer_lag{"):
+            topic = line.split('topic="', 1)[1].split('"', 1)[0]
+            if topic.startswith("bench-"):
+                name = svc.command.removeprefix("governor-")
+                out.append(f"{name}:{topic}=" + line.rsplit(" ", 1)[1])
     return out
 
 
-def _decider_lags(deciders: list[Service], into: list[list[tuple[float, float]]]) -> None:
-    """Append each decider's (load, recommendations) messages behind, from its /metrics."""
-    for svc, seen in zip(deciders, into, strict=True):
-        lines = _lags(svc)
-        if not lines:  # the scrape timed out (a loaded machine): not a lag of 0
-            continue
-        named = (x.split(":", 1)[1].rsplit("=", 1) for x in lines)
-        by_topic = {topic: float(n) for topic, n in named}
-        load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
-        recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
-        seen.append((load, recs))
+@dataclasses.dataclass
+class Snapshot:
+    """One /metrics scrape of each aggregator and decider ("" for one that did not answer in
+    time: a starved process on a loaded machine; its values are then missing, not zero)."""
+
+    aggregators: list[str]
+    deciders: list[tuple[Service, str]]
+    lags: list[str]
+
+    @classmethod
+    def take(cls, aggregators: list[Service], deciders: list[Service]) -> Snapshot:
+        aggs = [(a, _scrape(a)) for a in aggregators]
+        decs = [(d, _scrape(d)) for d in deciders]
+        lags = [line for svc, text in aggs + decs for line in _lags_in(svc, text)]
+        return cls([text for _, text in aggs], decs, lags)
+
+    def samples_behind(self, pushed: int) -> int:
+        """Samples pushed and not yet aggregated, plus the deciders' messages behind (load
+        messages, about one per sample, and recommendations)."""
+        aggregated = sum(_aggregated_in(text) for text in self.aggregators)
+        deciders_behind = sum(
+            int(float(x.rsplit("=", 1)[1])) for x in self.lags if x.startswith("decider:")
+        )
+        return max(0, pushed - int(aggregated)) + deciders_behind
+
+    def decider_lags(self, into: list[list[tuple[float, float]]]) -> None:
+        """Append each decider's (load, recommendations) messages behind."""
+        for (svc, text), seen in zip(self.deciders, into, strict=True):
+            if not text:  # the scrape timed out: not a lag of 0
+                continue
+            named = (x.split(":", 1)[1].rsplit("=", 1) for x in _lags_in(svc, text))
+            by_topic = {topic: float(n) for topic, n in named}
+            load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
+            recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
+            seen.append((load, recs))
 
 
 def _per_decider(deciders: list[Service], lags: list[list[tuple[float, float]]]) -> str:
