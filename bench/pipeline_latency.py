@@ -496,39 +496,47 @@ def _lags_in(svc: Service, text: str) -> list[str]:
 
 @dataclasses.dataclass
 class Snapshot:
-    """One /metrics scrape of each aggregator and decider ("" for one that did not answer in
-    time: a starved process on a loaded machine; its values are then missing, not zero)."""
+    """What one /metrics scrape of each aggregator and decider says, parsed where it was taken
+    (a thread: a decider's text is ~9 MB at 10,000 workloads). A service that did not answer in
+    time (a starved process on a loaded machine) is missing from it, not zero."""
 
-    aggregators: list[str]
-    deciders: list[tuple[Service, str]]
-    lags: list[str]
+    aggregated: float  # samples the aggregators handled
+    lags: list[str]  # every service's consumer lags, as name:topic=n
+    # Per decider: (load, recommendations) messages behind; None where the scrape failed.
+    decider_behind: list[tuple[float, float] | None]
 
     @classmethod
     def take(cls, aggregators: list[Service], deciders: list[Service]) -> Snapshot:
-        aggs = [(a, _scrape(a)) for a in aggregators]
-        decs = [(d, _scrape(d)) for d in deciders]
-        lags = [line for svc, text in aggs + decs for line in _lags_in(svc, text)]
-        return cls([text for _, text in aggs], decs, lags)
+        aggregated, lags = 0.0, []
+        for svc in aggregators:
+            text = _scrape(svc)
+            aggregated += _aggregated_in(text)
+            lags += _lags_in(svc, text)
+        behind: list[tuple[float, float] | None] = []
+        for svc in deciders:
+            text = _scrape(svc)
+            own = _lags_in(svc, text)
+            lags += own
+            named = (x.split(":", 1)[1].rsplit("=", 1) for x in own)
+            by_topic = {topic: float(n) for topic, n in named}
+            load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
+            recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
+            behind.append((load, recs) if text else None)
+        return cls(aggregated, lags, behind)
 
     def samples_behind(self, pushed: int) -> int:
         """Samples pushed and not yet aggregated, plus the deciders' messages behind (load
         messages, about one per sample, and recommendations)."""
-        aggregated = sum(_aggregated_in(text) for text in self.aggregators)
-        deciders_behind = sum(
+        deciders = sum(
             int(float(x.rsplit("=", 1)[1])) for x in self.lags if x.startswith("decider:")
         )
-        return max(0, pushed - int(aggregated)) + deciders_behind
+        return max(0, pushed - int(self.aggregated)) + deciders
 
     def decider_lags(self, into: list[list[tuple[float, float]]]) -> None:
-        """Append each decider's (load, recommendations) messages behind."""
-        for (svc, text), seen in zip(self.deciders, into, strict=True):
-            if not text:  # the scrape timed out: not a lag of 0
-                continue
-            named = (x.split(":", 1)[1].rsplit("=", 1) for x in _lags_in(svc, text))
-            by_topic = {topic: float(n) for topic, n in named}
-            load = sum(v for k, v in by_topic.items() if k.startswith("bench-load-"))
-            recs = sum(v for k, v in by_topic.items() if k.startswith("bench-recommendations-"))
-            seen.append((load, recs))
+        """Append each decider's (load, recommendations) messages behind, where it answered."""
+        for behind, seen in zip(self.decider_behind, into, strict=True):
+            if behind is not None:
+                seen.append(behind)
 
 
 def _per_decider(deciders: list[Service], lags: list[list[tuple[float, float]]]) -> str:

@@ -168,17 +168,17 @@ def test_a_restored_state_keeps_the_offsets_so_a_rebalance_does_not_fold_twice()
 def test_a_table_value_of_windows_without_the_phase_keeps_them() -> None:
     # A value written before close phases (lateness 2 s alone): the boundaries are the same, so
     # its windows are kept, on the phased spec.
-    old = AggregatorCore(S)
-    old.phased[W] = old.default  # what an aggregator without the phase held
-    old.on(WorkloadSamples(W, items([1000.0, 1001.0]), now=0.0))
-    [write] = old.checkpoint().checkpoints
-    assert isinstance(write, StateWrite)
     core = AggregatorCore(S)
-    assert core.restore(W, write.value)
+    unphased = core.new_series(core.default)
+    _, unphased = core.fold(unphased, items([1000.0, 1001.0]), core.default[2])
+    value = msgspec.msgpack.encode({"rps": unphased})
+    stored = msgspec.msgpack.decode(value, type=WorkloadWindows)["rps"]
+    assert stored.stable.spec.allowed_lateness == S.allowed_lateness_seconds
+    assert core.restore(W, value)
     series = core.live[W]["rps"]
     assert series.stable.spec.allowed_lateness == S.allowed_lateness_seconds + PHASE
-    assert series.stable.open == state_of(write)["rps"].stable.open
-    assert series.panic.open == state_of(write)["rps"].panic.open
+    assert series.stable.open == stored.stable.open and stored.stable.open
+    assert series.panic.open == stored.panic.open and stored.panic.open
 
 
 def test_the_closes_of_series_on_one_beat_spread_over_the_hop() -> None:
