@@ -76,6 +76,8 @@ def test_stream_batches_producer_and_consumer_calls() -> None:
         assert callable(getattr(consumer, name)), name
     # await app.consumer.seek_wait({tp: offset}): a partition ahead of its next offset is sought
     # back, in the consumer's thread (`seek` calls aiokafka from the caller's thread).
+    # ... keyed by faust's TP(topic, partition) (also when the clock seeks again).
+    assert faust.types.TP("t", 1) == ("t", 1)
     assert inspect.iscoroutinefunction(consumer.seek_wait)
     assert list(inspect.signature(consumer.seek_wait).parameters) == ["self", "partitions"]
     delegate = inspect.getsource(faust.transport.consumer.ThreadDelegateConsumer.seek_wait)

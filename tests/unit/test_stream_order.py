@@ -99,3 +99,23 @@ def test_seeks_back_off_and_stop_at_the_gap_timeout(gaps: list[float], first: fl
     assert seeks[0] == gaps[0]
     for k, (a, b) in enumerate(itertools.pairwise(seeks)):
         assert b - a >= first * 2**k
+
+
+def test_the_clock_seeks_a_gap_again_when_nothing_comes_ahead() -> None:
+    order = StreamOrder(gap_timeout=30.0)
+    order.resume("p", 10)
+    assert order.step("p", 14, now=0.0) == "seek"  # ahead: sought back to 10
+    assert order.due_seeks(0.5) == []  # the re-fetch may still come
+    assert order.due_seeks(1.0) == [("p", 10)]  # it did not, and nothing came ahead since
+    assert order.due_seeks(2.5) == []  # the wait doubled: 2 s after the last
+    assert order.due_seeks(3.0) == [("p", 10)]
+    assert order.step("p", 10, now=3.1) == "deliver"  # the gap closed: nothing to seek
+    assert order.due_seeks(100.0) == []
+
+
+def test_the_clock_stops_seeking_a_gap_after_the_timeout() -> None:
+    order = StreamOrder(gap_timeout=5.0)
+    order.resume("p", 0)
+    assert order.step("p", 3, now=0.0) == "seek"
+    sought = [t for t in (1.0, 3.0, 4.9, 7.0, 15.0, 31.0) if order.due_seeks(t)]
+    assert sought == [1.0, 3.0]  # then 7.0 would be due, past the 5 s timeout

@@ -76,6 +76,7 @@ from typing import Any, Literal
 
 import faust
 import msgspec
+from faust.types import TP
 from prometheus_client import Counter, Gauge
 
 from governor import events, gc_tuning
@@ -430,6 +431,13 @@ class Aggregation:
             await self.app.producer.send_and_wait(topic, kb, value, None, None, None)
             self.table[kb] = value
 
+    async def reseek(self) -> None:
+        """Seek again the metrics partitions whose re-fetch did not come (`StreamOrder.due_seeks`):
+        a quiet source sends nothing ahead that would ask for it."""
+        async with self.lock:
+            for (topic, partition), offset in self.order.due_seeks(time.monotonic()):
+                await self.app.consumer.seek_wait({TP(topic, partition): offset})
+
     async def publish_dirty(self) -> None:
         SERIES.set(len(self.table))
         async with self.lock:  # after the windows of the batch before, in order
@@ -534,6 +542,10 @@ def build_app(s: AggregatorSettings) -> faust.App:
     @app.timer(interval=1.0)
     async def observe_lag() -> None:
         agg.observe_lag()
+
+    @app.timer(interval=0.5)
+    async def reseek() -> None:
+        await agg.reseek()
 
     app.on_partitions_revoked.connect(lambda app, revoked, **kw: agg.revoked())
     app.on_before_shutdown.connect(lambda app, **kw: agg.stop())
