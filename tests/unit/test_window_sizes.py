@@ -123,7 +123,7 @@ def test_the_core_uses_the_policys_windows_and_rebuilds_them_when_it_changes() -
     [write] = core.checkpoint().checkpoints  # the rebuilt windows are the workload's new value
     state = msgspec.msgpack.decode(write.value, type=dict[str, Any])
     assert state["rps"][0] == 1  # the offset stays: samples folded are not folded again
-    # the resized windows go out with the next sample, not held back by the throttle
+    # each `now` an interval after the last: the estimates are not held back by the throttle
     out = core.on(WorkloadSamples(W, samples(0, [1000.0, 1001.0, 1002.0]), now=3.0))
     assert sizes_out(out) == {"stable": 120.0, "panic": 8.0}
     [msg] = out.records

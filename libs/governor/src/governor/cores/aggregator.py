@@ -15,12 +15,10 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
   windows' estimates, in one `LoadWindow` with `more`), else at most every `interval_s`, and
   never with the same estimates twice; what was held back goes out on the first `tick` after
   its interval is up, unless a window closed before. A series no window of has closed yet here
-  (a new workload, or one new to this worker) goes out at its first sample and then rides on
-  its first close, which comes within `hop + lateness + phase` of it while samples flow (under
-  6 s by default): it is held up to `start_hold` (a hop more, for the samples' spacing), so a
-  source that stopped still gets its last estimates out. Workloads that appear together (a
-  start, a takeover) then send their second message at their phased first closes, spread over
-  the hop, not per sample in one burst of all of them;
+  (a new workload, or one new to this worker) has no closes to ride on: until its first, its
+  interval is `START_INTERVAL_S`, so a new workload's first decisions see its newest sample,
+  not one held a throttle interval (at most `hop + lateness + phase` seconds of it: under 6 s
+  by default);
 - **close phases**: a workload's windows close `close_phase` (a fixed share of the panic hop,
   from a hash of its id) after their lateness, so workloads whose sources report on one beat
   do not all close a window on the same one.
@@ -220,14 +218,9 @@ def respecced(series: SeriesWindows, spec: WindowSpec) -> SeriesWindows:
     return SeriesWindows(spec=spec)
 
 
-def start_hold(specs: Specs, interval_s: float) -> float:
-    """How long a series no window of has closed yet is held after it went out: its first
-    close comes within the panic hop (its first window's end) plus its lateness (the phase in)
-    of its first sample, and a hop more covers the samples' spacing; never shorter than the
-    throttle after a close. A flowing source's series so goes out at its first sample and then
-    at its first close; one that stopped gets its held estimates out on the tick after this."""
-    _, panic, _ = specs
-    return max(interval_s, 2 * panic.hop + panic.allowed_lateness)
+# The throttle of a series before its first closed window: the shell's tick (250 ms), so a
+# source of a sample a second goes out per sample and a fast one at most four times a second.
+START_INTERVAL_S = 0.25
 
 
 class AggregatorCore:
@@ -238,6 +231,7 @@ class AggregatorCore:
         self.default = self.specs(s)
         self.stable_spec, self.panic_spec, self.no_totals = self.default
         self.interval_s = s.publish_interval_ms / 1000.0
+        self.start_interval_s = min(self.interval_s, START_INTERVAL_S)
         # The workloads whose policy asks for other windows than the defaults (`on_policy`).
         self.sized: dict[str, Specs] = {}
         self.live: dict[str, WorkloadWindows] = {}
@@ -246,7 +240,7 @@ class AggregatorCore:
         self.published_at: dict[SeriesKey, float] = {}
         self.published: dict[SeriesKey, tuple[tuple[float, int], ...]] = {}
         self.dirty: dict[SeriesKey, MetricWindows] = {}
-        # The series a window of closed here: the others are held for `start_hold`.
+        # The series a window of closed here: the others are throttled at `start_interval_s`.
         self.cadenced: set[SeriesKey] = set()
         # Workloads changed since the last `checkpoint`, in the order they changed.
         self.unwritten: dict[str, None] = {}
@@ -305,9 +299,7 @@ class AggregatorCore:
             series.panic = respecced(series.panic, panic)
             if series.totals is not None:
                 series.totals = msgspec.structs.replace(series.totals, horizon=no_totals.horizon)
-            # Its next sample goes out at once, whatever the throttle: windows of the new size.
             self.published.pop((workload, metric), None)
-            self.published_at.pop((workload, metric), None)
         return changed
 
     # --- the state held ----------------------------------------------------------------------
@@ -462,9 +454,7 @@ class AggregatorCore:
         return [] if window is None else [window]
 
     def interval_of(self, key: SeriesKey) -> float:
-        if key in self.cadenced:
-            return self.interval_s
-        return start_hold(self.specs_of(key[0]), self.interval_s)
+        return self.interval_s if key in self.cadenced else self.start_interval_s
 
     def count(self, outcome: str, n: int) -> None:
         if n > 0:
