@@ -71,11 +71,7 @@ class StreamOrder:
                 if last is None or last[0] != expected:
                     self.sought[tp] = (expected, now, self.reseek_after)
                     return "seek"
-                _, at, wait = last
-                if now - at < wait:
-                    return "ahead"
-                self.sought[tp] = (expected, now, wait * 2)
-                return "seek"
+                return "seek" if self._seek_again(tp, now) else "ahead"
         self.next[tp] = offset + 1
         self.gap_since.pop(tp, None)
         self.sought.pop(tp, None)
@@ -84,13 +80,16 @@ class StreamOrder:
     def due_seeks(self, now: float) -> list[tuple[Hashable, int]]:
         """The partitions in a gap whose last seek is a wait ago (the wait doubled, as `step`
         does), within the gap timeout: sought again whether or not records come ahead."""
-        due: list[tuple[Hashable, int]] = []
-        for tp, (offset, at, wait) in self.sought.items():
-            if now - at >= wait and now - self.gap_since.get(tp, now) < self.gap_timeout:
-                due.append((tp, offset))
-        for tp, offset in due:
-            self.sought[tp] = (offset, now, self.sought[tp][2] * 2)
-        return due
+        in_time = [tp for tp in self.sought if now - self.gap_since[tp] < self.gap_timeout]
+        return [(tp, self.sought[tp][0]) for tp in in_time if self._seek_again(tp, now)]
+
+    def _seek_again(self, tp: Hashable, now: float) -> bool:
+        """Whether `tp`'s last seek is its wait ago: then it is sought again, the wait doubled."""
+        offset, at, wait = self.sought[tp]
+        if now - at < wait:
+            return False
+        self.sought[tp] = (offset, now, wait * 2)
+        return True
 
     def expected(self, tp: Hashable) -> int | None:
         return self.next.get(tp)
