@@ -19,8 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governor import events
 from governor.bus import Consumer, Producer
+from governor.cores.aggregator import AggregatorCore
 from governor.events import Topic
-from governor.windows import SeriesWindows, hopping, ingest_many, views
+from governor.window_sizes import WindowSettings
+from governor.windows import SeriesWindows, ingest_many, views
 from tests.support.procs import Service, governor_service
 from tests.support.topics import PIPELINE, run_topics
 
@@ -102,10 +104,16 @@ async def test_windows_survive_a_rebalance(
 
 
 def _expected(sent: dict[str, list[tuple[float, float]]]) -> dict[str, dict[float, Any]]:
-    """Per workload, its closed stable windows by start: the pure `ingest_many` of what was sent."""
-    spec = hopping(60.0, 10.0, 2.0)
+    """Per workload, its closed stable windows by start: the pure `ingest_many` of what was sent,
+    on the stable window the aggregator gives it (60 s / 10 s, 2 s lateness and its close phase:
+    without the phase a run whose last sample fell within a workload's phase past a window's
+    watermark expected a window the aggregator rightly still held open)."""
+    core = AggregatorCore(WindowSettings())
     return {
-        wl: {acc.start: acc for acc in ingest_many(SeriesWindows(spec=spec), samples)[1]}
+        wl: {
+            acc.start: acc
+            for acc in ingest_many(SeriesWindows(spec=core.specs_of(wl)[0]), samples)[1]
+        }
         for wl, samples in sent.items()
     }
 
