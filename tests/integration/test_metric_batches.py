@@ -14,8 +14,10 @@ from aiokafka import AIOKafkaConsumer
 
 from governor import events
 from governor.bus import Consumer, Producer, codec_for
+from governor.cores.aggregator import AggregatorCore
 from governor.metric_records import Partitions, batch_key, encode_batch
-from governor.windows import SeriesWindows, hopping, ingest_many, views
+from governor.window_sizes import WindowSettings
+from governor.windows import SeriesWindows, ingest_many, views
 from governor_collector.kafka import BusPublisher
 from tests.support.procs import governor_service
 from tests.support.topics import run_topics
@@ -124,8 +126,12 @@ async def test_batches_are_aggregated_and_a_bad_sample_goes_alone(
         closed: dict[tuple[str, float], events.LoadWindow] = {}
         consumer = Consumer(kafka_bootstrap, [load], group_id=None, check_keys=False)
         await consumer.start()
-        spec = hopping(60.0, 10.0, 2.0)
-        want = {wl: ingest_many(SeriesWindows(spec=spec), sent[wl])[1] for wl in workloads}
+        # On the stable window the aggregator gives each workload (its close phase in the lateness).
+        core = AggregatorCore(WindowSettings())
+        want = {
+            wl: ingest_many(SeriesWindows(spec=core.specs_of(wl)[0]), sent[wl])[1]
+            for wl in workloads
+        }
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
