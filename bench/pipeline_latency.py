@@ -608,7 +608,10 @@ async def _aggregator_drain(
     from its first /metrics scrape that shows a folded sample to the end. Its start-up (the
     wait for the policies table before the first fold) and the samples folded before that
     scrape count in neither figure: counting them against the CPU from that scrape on (0.1-1 s
-    at 100,000 samples) made the figure swing 80k-1M per CPU-second."""
+    at 100,000 samples) made the figure swing 80k-1M per CPU-second. The backlog must outlast the
+    start-up by far: at 100,000 samples a drain took ~1 s, and a first scrape that came late in
+    it left a remainder so short that its rate swung 37,000-145,000 samples/s (one drain of
+    three in five); at 500,000 six drains gave 132,000-139,000 per CPU-second."""
     agg = governor_service(
         "aggregator",
         bootstrap,
@@ -634,7 +637,7 @@ async def _aggregator_drain(
         raise SystemExit(
             f"a backlog of {count} samples on {topic} was folded before the aggregator's first"
             " /metrics scrape, so no rate can be measured: use a larger --backlog (the default"
-            " is 100,000; the single-record drain takes a tenth of it)"
+            " is 500,000; the single-record drain takes a tenth of it)"
         )
     cpu0 = cpu_s(agg.proc.pid)
     started = time.perf_counter()
@@ -679,7 +682,7 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
         await _backlog(bootstrap, batched, count, run, batched=True)
         await _backlog(bootstrap, single, singles, run + "s", batched=False)
         plain, plain_cpu = await _plain_drain(bootstrap, batched, count)
-        # Three drains: one is ~1 s of CPU at the default backlog.
+        # Three drains (one is ~4 s of CPU at the default backlog): their harmonic mean.
         agg, agg_cpu = await _aggregator_drains(bootstrap, batched, load_topic, count, tmp, run, 3)
         single_plain, single_plain_cpu = await _plain_drain(bootstrap, single, singles)
         one, one_cpu = await _aggregator_drain(bootstrap, single, load_topic, singles, tmp, run)
@@ -814,7 +817,7 @@ async def main() -> None:
         help="decider processes in the latency runs (one group: load and recommendations "
         "partitions split)",
     )
-    ap.add_argument("--backlog", type=int, default=100_000, help="0 skips the throughput run")
+    ap.add_argument("--backlog", type=int, default=500_000, help="0 skips the throughput run")
     args = ap.parse_args()
     await ensure_topics(args.bootstrap)
     with tempfile.TemporaryDirectory() as d:
