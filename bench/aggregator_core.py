@@ -5,9 +5,10 @@
 
 Feeds `AggregatorCore` the batches the shell would: every second of event time each workload's
 one sample (its own source offset; `--per-batch` more at once, as in a backlog drain), a
-`tick` every 0.25 s of the shell's clock and a `checkpoint` every 5 s. The first `--warmup`
-seconds fill the windows (steady state: every window of both kinds open); then `--seconds`
-batches are measured with process CPU time, their records made beforehand.
+`tick` every 0.25 s of the shell's clock and a `checkpoint` every 10 s (the service's
+default). The first `--warmup` seconds fill the windows (steady state: every window of both
+kinds open); then `--seconds` batches are measured with process CPU time, their records made
+beforehand.
 Prints `core: N workloads, S samples, X us CPU/sample` (and a cProfile with --profile).
 """
 
@@ -47,7 +48,7 @@ def second(core: AggregatorCore, records: list[WorkloadSamples], t: int) -> None
         core.on(record)
     for q in range(4):
         core.tick(t + q * 0.25)
-    if t % 5 == 0:
+    if t % 10 == 0:
         core.checkpoint()
 
 
