@@ -438,8 +438,9 @@ class Aggregation:
         """Seek again the metrics partitions whose re-fetch did not come (`StreamOrder.due_seeks`):
         a quiet source sends nothing ahead that would ask for it."""
         async with self.lock:
-            for (topic, partition), offset in self.order.due_seeks(time.monotonic()):
-                await self.app.consumer.seek_wait({TP(topic, partition): offset})
+            due = self.order.due_seeks(time.monotonic())
+            if due:  # one hand-over to the consumer's thread for all of them
+                await self.app.consumer.seek_wait({TP(*tp): offset for tp, offset in due})
 
     async def publish_dirty(self) -> None:
         SERIES.set(len(self.table))
