@@ -26,6 +26,7 @@ from governor.spec import (
     ResourceSource,
     ScaleToZeroSpec,
     ScalingPolicySpec,
+    TargetRef,
 )
 
 
@@ -101,14 +102,36 @@ _CACHE: dict[int, tuple[ScalingPolicySpec, Compiled]] = {}
 # and 4,096 entries, compiling was a fifth of the decider's CPU). A stale entry holds only its
 # old spec object; the bound keeps that memory finite.
 _CACHE_MAX = 131_072
+_BY_CONTENT: dict[bytes, Compiled] = {}
+_ENCODE = msgspec.msgpack.Encoder().encode
+# Every workload's policy names its own target, which compiling never reads: the content key
+# is the policy with that one field made equal (tests/unit assert compiling does not read it).
+_ANY_TARGET = TargetRef(kind="", name="")
 
 
 def compile_policy(policy: ScalingPolicySpec) -> Compiled:
     """Memoized by identity: a policy is a value (a new version is a new object), and the cache
-    holds a reference, so an id cannot be reused while its entry lives."""
+    holds a reference, so an id cannot be reused while its entry lives. A new object with the
+    content of one compiled before (many workloads templated from one spec, each decoded on its
+    own) shares that compilation: the key is its encoding, which names every field (but the
+    target, see _ANY_TARGET), so no field a compilation reads can be left out of it."""
     hit = _CACHE.get(id(policy))
     if hit is not None and hit[0] is policy:
         return hit[1]
+    content = _ENCODE(msgspec.structs.replace(policy, target_ref=_ANY_TARGET))
+    compiled = _BY_CONTENT.get(content)
+    if compiled is None:
+        compiled = _compile(policy)
+        if len(_BY_CONTENT) >= _CACHE_MAX:
+            del _BY_CONTENT[next(iter(_BY_CONTENT))]
+        _BY_CONTENT[content] = compiled
+    if len(_CACHE) >= _CACHE_MAX:
+        del _CACHE[next(iter(_CACHE))]
+    _CACHE[id(policy)] = (policy, compiled)
+    return compiled
+
+
+def _compile(policy: ScalingPolicySpec) -> Compiled:
     behavior = resolve(policy.behavior)
     zero = policy.scale_to_zero if policy.min_replicas == 0 else None
     hi = policy.max_replicas
@@ -149,9 +172,6 @@ def compile_policy(policy: ScalingPolicySpec) -> Compiled:
             for m in policy.metrics
         ),
     )
-    if len(_CACHE) >= _CACHE_MAX:
-        del _CACHE[next(iter(_CACHE))]
-    _CACHE[id(policy)] = (policy, compiled)
     return compiled
 
 
