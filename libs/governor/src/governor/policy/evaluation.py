@@ -26,7 +26,6 @@ from governor.spec import (
     ResourceSource,
     ScaleToZeroSpec,
     ScalingPolicySpec,
-    TargetRef,
 )
 
 
@@ -104,21 +103,21 @@ _CACHE: dict[int, tuple[ScalingPolicySpec, Compiled]] = {}
 _CACHE_MAX = 131_072
 _BY_CONTENT: dict[bytes, Compiled] = {}
 _ENCODE = msgspec.msgpack.Encoder().encode
-# Every workload's policy names its own target, which compiling never reads: the content key
-# is the policy with that one field made equal (tests/unit assert compiling does not read it).
-_ANY_TARGET = TargetRef(kind="", name="")
 
 
 def compile_policy(policy: ScalingPolicySpec) -> Compiled:
     """Memoized by identity: a policy is a value (a new version is a new object), and the cache
     holds a reference, so an id cannot be reused while its entry lives. A new object with the
     content of one compiled before (many workloads templated from one spec, each decoded on its
-    own) shares that compilation: the key is its encoding, which names every field (but the
-    target, see _ANY_TARGET), so no field a compilation reads can be left out of it."""
+    own) shares that compilation: the key is the encoding of every field but the target, which
+    each workload's policy names for itself and compiling never reads (tests/unit trip if it
+    does), so no field a compilation reads can be left out of it."""
     hit = _CACHE.get(id(policy))
     if hit is not None and hit[0] is policy:
         return hit[1]
-    content = _ENCODE(msgspec.structs.replace(policy, target_ref=_ANY_TARGET))
+    fields = msgspec.structs.asdict(policy)  # shallow: no copy of the nested specs
+    del fields["target_ref"]
+    content = _ENCODE(fields)
     compiled = _BY_CONTENT.get(content)
     if compiled is None:
         compiled = _compile(policy)
