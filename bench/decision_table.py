@@ -15,6 +15,11 @@ deterministic; only the run time depends on the machine.
 
     uv run python bench/decision_table.py [--traces-dir DIR] [--policy P.yaml] [--only NAME]
                                           [--workers N] [--detail]
+                                          [--peak-replicas 40] [--startup-seconds 60]
+
+The issue's table is the defaults; `--peak-replicas R` (C = peak / R) and `--startup-seconds S`
+replay the same traces at another capacity and start-up (docs/simulation.md, "Other capacities
+and start-ups"), so a default is not judged at one setting only. The lines are the same.
 """
 
 from __future__ import annotations
@@ -66,10 +71,15 @@ def policy_spec(policy: Path | None, config: SimConfig) -> ScalingPolicySpec:
     return with_load_target(found, load_target(config)).spec
 
 
-def run_trace(trace: str, policy: Path | None) -> dict[str, object]:
+def run_trace(
+    trace: str,
+    policy: Path | None,
+    peak_replicas: float = PEAK_REPLICAS,
+    startup_seconds: float = STARTUP_SECONDS,
+) -> dict[str, object]:
     load = traces.load(trace)
     config = SimConfig(
-        capacity_per_replica=load.peak / PEAK_REPLICAS, startup_seconds=STARTUP_SECONDS
+        capacity_per_replica=load.peak / peak_replicas, startup_seconds=startup_seconds
     )
     runs = run_all(load, config, {GOVERNOR: policy_spec(policy, config)}, with_hpa=True)
     by: dict[str, Summary] = {r.name: r.summary for r in runs}
@@ -146,7 +156,22 @@ def main() -> None:
         default=1,
         help="processes (default 1: the machine is shared; more only when the load is low)",
     )
+    parser.add_argument(
+        "--peak-replicas",
+        type=float,
+        default=PEAK_REPLICAS,
+        help=f"C = peak / this (default {PEAK_REPLICAS:g})",
+    )
+    parser.add_argument(
+        "--startup-seconds",
+        type=float,
+        default=STARTUP_SECONDS,
+        help=f"the replicas' true start-up (default {STARTUP_SECONDS:g})",
+    )
     args = parser.parse_args()
+    if not args.peak_replicas > 0 or not args.startup_seconds >= 0:
+        parser.error("--peak-replicas must be > 0 and --startup-seconds >= 0")
+    setting = (args.peak_replicas, args.startup_seconds)
     names = trace_names(args.traces_dir)
     if args.only:
         names = [n for n in names if any(o in short_name(n) for o in args.only)]
@@ -154,11 +179,19 @@ def main() -> None:
         load1 = os.getloadavg()[0]
         print(f"# workers={args.workers} load_average={load1:.2f}")
         with ProcessPoolExecutor(args.workers) as pool:
-            rows = list(pool.map(run_trace, names, [args.policy] * len(names)))
+            rows = list(
+                pool.map(
+                    run_trace,
+                    names,
+                    [args.policy] * len(names),
+                    [setting[0]] * len(names),
+                    [setting[1]] * len(names),
+                )
+            )
     else:
         rows = []
         for n in names:
-            rows.append(run_trace(n, args.policy))
+            rows.append(run_trace(n, args.policy, *setting))
             show(rows[-1], args.detail)
     if args.workers > 1:
         for row in rows:
