@@ -25,6 +25,7 @@ and start-ups"), so a default is not judged at one setting only. The lines are t
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -171,7 +172,12 @@ def main() -> None:
     args = parser.parse_args()
     if not args.peak_replicas > 0 or not args.startup_seconds >= 0:
         parser.error("--peak-replicas must be > 0 and --startup-seconds >= 0")
-    setting = (args.peak_replicas, args.startup_seconds)
+    one = functools.partial(
+        run_trace,
+        policy=args.policy,
+        peak_replicas=args.peak_replicas,
+        startup_seconds=args.startup_seconds,
+    )
     names = trace_names(args.traces_dir)
     if args.only:
         names = [n for n in names if any(o in short_name(n) for o in args.only)]
@@ -179,19 +185,11 @@ def main() -> None:
         load1 = os.getloadavg()[0]
         print(f"# workers={args.workers} load_average={load1:.2f}")
         with ProcessPoolExecutor(args.workers) as pool:
-            rows = list(
-                pool.map(
-                    run_trace,
-                    names,
-                    [args.policy] * len(names),
-                    [setting[0]] * len(names),
-                    [setting[1]] * len(names),
-                )
-            )
+            rows = list(pool.map(one, names))
     else:
         rows = []
         for n in names:
-            rows.append(run_trace(n, args.policy, *setting))
+            rows.append(one(n))
             show(rows[-1], args.detail)
     if args.workers > 1:
         for row in rows:
