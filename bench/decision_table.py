@@ -13,13 +13,18 @@ and a summary line. Ratios are governor / HPA; 0 / 0 violation-seconds is a rati
 The targets: violations ≤ 0.5, replica-hours ≤ 1.0, events ≤ 1.0. The results are
 deterministic; only the run time depends on the machine.
 
-    uv run python bench/decision_table.py [--traces-dir DIR] [--policy P.yaml] [--only NAME]
-                                          [--workers N] [--detail]
+    uv run python bench/decision_table.py [--traces-dir DIR | --held-out] [--policy P.yaml]
+                                          [--only NAME] [--workers N] [--detail]
                                           [--peak-replicas 40] [--startup-seconds 60]
 
 The issue's table is the defaults; `--peak-replicas R` (C = peak / R) and `--startup-seconds S`
 replay the same traces at another capacity and start-up (docs/simulation.md, "Other capacities
 and start-ups"), so a default is not judged at one setting only. The lines are the same.
+
+`--held-out` replays, instead of the table's traces, the real series no default was tuned on
+(`governor_tools.sim.traces.HELD_OUT`: the other columns and resolutions of the built-ins'
+files), named `held-out:<name>` in the lines: a check that a change to the default is not
+fitted to the table's ten (docs/simulation.md, "Held-out series").
 """
 
 from __future__ import annotations
@@ -55,7 +60,13 @@ def trace_names(traces_dir: Path) -> list[str]:
     return files + [traces.BUILTIN_PREFIX + b.name for b in traces.BUILTINS]
 
 
+def held_out_names() -> list[str]:
+    return [traces.HELD_OUT_PREFIX + b.name for b in traces.HELD_OUT]
+
+
 def short_name(trace: str) -> str:
+    if trace.startswith(traces.HELD_OUT_PREFIX):
+        return trace  # whole: a held-out series is never taken for a row of the table
     return Path(trace.removeprefix(traces.BUILTIN_PREFIX)).stem
 
 
@@ -169,6 +180,11 @@ def main() -> None:
         default=STARTUP_SECONDS,
         help=f"the replicas' true start-up (default {STARTUP_SECONDS:g})",
     )
+    parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help="replay the held-out series (traces.HELD_OUT) instead of the table's traces",
+    )
     args = parser.parse_args()
     if not args.peak_replicas > 0 or not args.startup_seconds >= 0:
         parser.error("--peak-replicas must be > 0 and --startup-seconds >= 0")
@@ -178,7 +194,7 @@ def main() -> None:
         peak_replicas=args.peak_replicas,
         startup_seconds=args.startup_seconds,
     )
-    names = trace_names(args.traces_dir)
+    names = held_out_names() if args.held_out else trace_names(args.traces_dir)
     if args.only:
         names = [n for n in names if any(o in short_name(n) for o in args.only)]
     if args.workers > 1:

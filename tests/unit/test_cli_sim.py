@@ -149,3 +149,4 @@ def test_traces_lists_the_builtins(
     for name in ("builtin:alibaba-2018-cpu", "builtin:google-2019-cpu", "builtin:azure-v2-cpu"):
         assert name in result.output
     assert "67242" in result.output  # rows of the 10 s Alibaba file
+    assert "held-out:alibaba-2018-disk " in result.output

@@ -56,6 +56,24 @@ def test_builtins_are_the_real_files_with_synthesized_timestamps() -> None:
         traces.load("builtin:nope")
 
 
+def test_held_out_series_are_real_and_none_is_a_builtin() -> None:
+    # Held out means no default was tuned on it: never a built-in's (file, column) pair.
+    tuned = {(b.folder, b.file, b.column) for b in traces.BUILTINS}
+    names = [b.name for b in traces.HELD_OUT]
+    assert len(set(names)) == len(names)
+    assert not set(names) & {b.name for b in traces.BUILTINS}
+    for b in traces.HELD_OUT:
+        assert "synthetic" not in b.folder + b.file
+        assert (b.folder, b.file, b.column) not in tuned
+        t = traces.load(traces.HELD_OUT_PREFIX + b.name)
+        assert t.name == traces.HELD_OUT_PREFIX + b.name
+        assert t.timestamps[:2] == [0.0, b.step]
+        assert len(t.values) > 1000
+        assert min(t.values) >= 0 and max(t.values) > min(t.values)
+    with pytest.raises(traces.TraceError, match="known: held-out:"):
+        traces.load("held-out:nope")
+
+
 def test_replicas_start_late_and_stop_at_once() -> None:
     r = rm.serving(2, since=0)
     r = rm.scale(r, 5, now=100, startup_seconds=60)

@@ -129,21 +129,20 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def list_traces(args: argparse.Namespace) -> None:
-    """The built-in real traces (use as `builtin:<name>`)."""
-    table = Table(title="built-in traces")
-    table.add_column("name", no_wrap=True)
-    for column in ("source", "step", "rows", "licence"):
-        table.add_column(column)
-    for b in traces.BUILTINS:
-        t = traces.load_builtin(b.name)
-        table.add_row(
-            traces.BUILTIN_PREFIX + b.name,
-            b.source,
-            f"{b.step:g} s",
-            str(len(t.values)),
-            b.licence,
-        )
-    Console().print(table)
+    """The built-in real traces (use as `builtin:<name>`) and the held-out series (`held-out:`)."""
+    console = Console()
+    for title, prefix, series in (
+        ("built-in traces", traces.BUILTIN_PREFIX, traces.BUILTINS),
+        ("held-out series (no default was tuned on them)", traces.HELD_OUT_PREFIX, traces.HELD_OUT),
+    ):
+        table = Table(title=title)
+        table.add_column("name", no_wrap=True)
+        for column in ("source", "step", "rows", "licence"):
+            table.add_column(column)
+        for b in series:
+            t = traces.load_series(b, prefix)
+            table.add_row(prefix + b.name, b.source, f"{b.step:g} s", str(len(t.values)), b.licence)
+        console.print(table)
     print(
         "Timestamps are synthesized (row i at i × step s): the files carry none. "
         "Synthetic samples shipped in the same package are not offered."
