@@ -234,6 +234,9 @@ class AggregatorCore:
         self.start_interval_s = min(self.interval_s, START_INTERVAL_S)
         # The workloads whose policy asks for other windows than the defaults (`on_policy`).
         self.sized: dict[str, Specs] = {}
+        # Each workload's windows with its close phase (`specs_of`), until its policy changes
+        # them; dropped with the workloads held (`revoked`).
+        self.phases: dict[str, Specs] = {}
         self.live: dict[str, WorkloadWindows] = {}
         # Per series: when it was last published (monotonic) and the estimates it carried, so
         # an unchanged estimate is not sent again and a series goes out at most every interval.
@@ -260,9 +263,13 @@ class AggregatorCore:
         )
 
     def specs_of(self, workload: str) -> Specs:
-        """`workload`'s windows, their lateness raised by its close phase (0.7 µs: once per
-        workload and batch, not worth a memo to keep in step with the policies)."""
-        return phased(self.sized.get(workload, self.default), workload)
+        """`workload`'s windows, their lateness raised by its close phase: asked once per
+        workload and batch, so kept (two validated WindowSpecs and a crc32 each time, 0.6 µs
+        against 0.05 for the lookup: ~2 % of the core at a sample a second)."""
+        specs = self.phases.get(workload)
+        if specs is None:
+            specs = self.phases[workload] = phased(self.sized.get(workload, self.default), workload)
+        return specs
 
     def on_policy(self, workload: str, sizes: WindowSettings | None) -> None:
         """The windows `workload`'s policy asks for (`governor.window_sizes.window_sizes`;
@@ -275,6 +282,7 @@ class AggregatorCore:
             self.sized.pop(workload, None)
         else:
             self.sized[workload] = specs
+        self.phases.pop(workload, None)
         state = self.live.get(workload)
         if state and self.conform(workload, state):
             self.unwritten[workload] = None
@@ -327,6 +335,7 @@ class AggregatorCore:
         self.live.clear()
         self.dirty.clear()
         self.unwritten.clear()
+        self.phases.clear()
 
     def resume_offsets(self, parts: Partitions) -> dict[int, int]:
         """Per metrics partition the offset after the newest record folded into the workloads
