@@ -68,12 +68,16 @@ class Attribution:
     hpa_violations: int = 0
 
 
-def replays(trace: str, policy: Path | None) -> tuple[Run, Run, dict[float, str], float]:
+def replays(
+    trace: str,
+    policy: Path | None,
+    peak_replicas: float = table.PEAK_REPLICAS,
+    startup_seconds: float = table.STARTUP_SECONDS,
+) -> tuple[Run, Run, dict[float, str], float]:
     """governor's and HPA's runs of one trace, governor's labels by timestamp, and C."""
     load = traces.load(trace)
     config = SimConfig(
-        capacity_per_replica=load.peak / table.PEAK_REPLICAS,
-        startup_seconds=table.STARTUP_SECONDS,
+        capacity_per_replica=load.peak / peak_replicas, startup_seconds=startup_seconds
     )
     spec: ScalingPolicySpec = table.policy_spec(policy, config)
     labels: dict[float, str] = {}
@@ -143,11 +147,16 @@ def main() -> None:
     parser.add_argument("names", nargs="+", help="traces whose short name contains this")
     parser.add_argument("--traces-dir", type=Path, default=table.DEFAULT_TRACES)
     parser.add_argument("--policy", type=Path, help="a ScalingPolicy YAML (default: governor's)")
+    parser.add_argument("--held-out", action="store_true", help="the held-out series instead")
+    parser.add_argument("--peak-replicas", type=float, default=table.PEAK_REPLICAS)
+    parser.add_argument("--startup-seconds", type=float, default=table.STARTUP_SECONDS)
     args = parser.parse_args()
-    for trace in table.trace_names(args.traces_dir):
+    names = table.held_out_names() if args.held_out else table.trace_names(args.traces_dir)
+    for trace in names:
         name = table.short_name(trace)
         if any(n in name for n in args.names):
-            show(name, attribute(*replays(trace, args.policy)))
+            runs = replays(trace, args.policy, args.peak_replicas, args.startup_seconds)
+            show(name, attribute(*runs))
 
 
 if __name__ == "__main__":
