@@ -1,7 +1,8 @@
 """Why a trace misses a target of `bench/decision_table.py`: governor against the reference HPA,
 step by step, attributed to the rule that bound each of governor's decisions.
 
-For each trace (same C = peak / 40 and start-up 60 s as the table), replays governor's policy
+For each trace (same C = peak / 40 and start-up 60 s as the table, or the table's other
+settings and its held-out series with the same options), replays governor's policy
 (or `--policy`) and the reference HPA, both at a 15 s step, and pairs their rows by timestamp.
 Every governor row is labelled by its `bound_by` rule; an `event_reduction` row by the first
 words of its reason with the numbers taken out ("scale-down by merges", "scale-down to waits"),
@@ -15,7 +16,8 @@ capacity (the table's violation seconds are per second; a row is a 15 s sample o
 the totals and HPA's own ups, downs and violation rows. Deterministic; a read of the decisions,
 not a timing.
 
-    uv run python bench/decision_why.py [--policy P.yaml] [--traces-dir DIR] NAME [NAME ...]
+    uv run python bench/decision_why.py [--policy P.yaml] [--traces-dir DIR | --held-out]
+                                        [--peak-replicas 40] [--startup-seconds 60] NAME [...]
 """
 
 from __future__ import annotations
