@@ -185,12 +185,16 @@ HELD_OUT: tuple[BuiltinTrace, ...] = (
 
 
 def builtin(name: str) -> BuiltinTrace:
-    bare = name.removeprefix(BUILTIN_PREFIX)
-    for b in BUILTINS:
+    return _named(name, BUILTIN_PREFIX, BUILTINS, "built-in trace")
+
+
+def _named(name: str, prefix: str, series: tuple[BuiltinTrace, ...], kind: str) -> BuiltinTrace:
+    bare = name.removeprefix(prefix)
+    for b in series:
         if b.name == bare:
             return b
-    known = ", ".join(BUILTIN_PREFIX + b.name for b in BUILTINS)
-    raise TraceError(f"unknown built-in trace {name!r}; known: {known}")
+    known = ", ".join(prefix + b.name for b in series)
+    raise TraceError(f"unknown {kind} {name!r}; known: {known}")
 
 
 def load(ref: str | Path) -> Trace:
@@ -212,12 +216,7 @@ def load_builtin(name: str) -> Trace:
 
 
 def load_held_out(name: str) -> Trace:
-    bare = name.removeprefix(HELD_OUT_PREFIX)
-    for b in HELD_OUT:
-        if b.name == bare:
-            return load_series(b, HELD_OUT_PREFIX)
-    known = ", ".join(HELD_OUT_PREFIX + b.name for b in HELD_OUT)
-    raise TraceError(f"unknown held-out series {name!r}; known: {known}")
+    return load_series(_named(name, HELD_OUT_PREFIX, HELD_OUT, "held-out series"), HELD_OUT_PREFIX)
 
 
 def load_series(b: BuiltinTrace, prefix: str = BUILTIN_PREFIX) -> Trace:
