@@ -296,8 +296,42 @@ def test_the_quantile_searched_from_the_last_one_is_the_cumulative_one(
     import itertools
 
     expected = fc.quantile(list(itertools.accumulate(counts)), q)
-    edge = fc.MAX_RATIO ** (near / (fc.BINS - 1)) if near else 1.0  # bin `near`'s upper edge
+    edge = fc.EDGES[near]  # bin `near`'s upper edge
     assert fc.quantile_near(counts, sum(counts), q, edge) == expected
+
+
+def _growth_bin(ratio: float) -> int:
+    """The bin `observe` counts one growth sample of `ratio` in (read back from the counts)."""
+    state = fc.ForecastState()
+    for i, load in enumerate([10.0, (10.0 + fc.HALF) * ratio - fc.HALF]):
+        state = fc.observe(state, load, STEP * i, STEP, 1, 0.75, 0.95, 3600.0)
+    (b,) = [i for i, c in enumerate(state.counts) if c]
+    return b
+
+
+@settings(max_examples=500, deadline=None)
+@given(ratio=st.floats(min_value=1.0, max_value=8.0))
+def test_a_growth_sample_lands_in_the_bin_whose_edges_hold_it(ratio: float) -> None:
+    b = _growth_bin(ratio)
+    grown = ((10.0 + fc.HALF) * ratio - fc.HALF + fc.HALF) / (10.0 + fc.HALF)  # as observe sees it
+    assert grown <= fc.EDGES[b] * (1 + 1e-12) or b == fc.BINS - 1
+    assert b == 0 or grown > fc.EDGES[b - 1] * (1 - 1e-12)
+
+
+def test_a_slowly_growing_series_reads_a_small_growth_not_the_first_bins_edge() -> None:
+    """+1 % per step: the p75 growth is the split first bin's 1.45 %, not +4.4 %."""
+    state = fc.ForecastState()
+    for i in range(200):
+        state = fc.observe(state, 100.0 * 1.01**i, STEP * i, STEP, 1, 0.75, 0.95, 3600.0)
+    assert 1.01 < state.up <= fc.MAX_RATIO ** (1 / (fc.FIRST_SPLIT * fc.LOG_BINS)) + 1e-12
+
+
+def test_a_checkpoint_from_before_the_split_starts_its_histogram_again() -> None:
+    old = fc.ForecastState(
+        at=0.0, loads=(10.0, 10.0), counts=(5.0,) * 33, weight=3.0, total=165.0, levels=(10.0, 10.0)
+    )
+    state = fc.observe(old, 20.0, STEP, STEP, 1, 0.75, 0.95, 3600.0)
+    assert len(state.counts) == fc.BINS and sum(state.counts) == state.total == 1.0
 
 
 def _steady(policy: ScalingPolicySpec, load: float, replicas: int, steps: int) -> ScaleState:
