@@ -5,8 +5,9 @@ alternatives tried): the load is kept in replica units (what the metric asks for
 target, so the policy's target is the unit), one sample per decision step. Every step adds one
 growth sample: the highest load of the next horizon H over the load H ago, both plus half a
 replica (so an idle workload's noise is not an infinite ratio). The samples go into a fixed
-log-spaced histogram with exponential forgetting (`half_life_seconds`). The forecast of the
-load over [now, now + H] at quantile p is the load now times the growth quantile p:
+log-spaced histogram (its first bin split finer, see BINS) with exponential forgetting
+(`half_life_seconds`). The forecast of the load over [now, now + H] at quantile p is the load
+now times the growth quantile p:
 
     upper(p) = (load + ½) × growth_p − ½
 
@@ -192,7 +193,7 @@ def observe(
     base, ahead = loads[0], max(loads[1:])
     if base < IDLE and base < BURST_COLLAPSE * levels[0]:
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
-    # growth_bin, inlined: this runs once per decision step of every workload.
+    # The growth sample's bin, inline: this runs once per decision step of every workload.
     ratio = (ahead + HALF) / (base + HALF)
     if ratio <= 1.0:
         b = 0
