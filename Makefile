@@ -10,6 +10,7 @@ setup:
 	@command -v uv >/dev/null || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	$(UV) sync --frozen
 	$(UV) run --frozen python tools/patch_deps.py
+	$(UV) run --frozen python tools/compile_hot.py
 
 # The main job: the whole stack on one machine — local Kafka and kube-apiserver (the project's
 # scripts, cached), every service as a process, simulated workloads replaying real traces

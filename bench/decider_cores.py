@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pipeline_latency import policy
-from governor import events, gc_tuning
+from governor import compiled, events, gc_tuning
 from governor.bus import codec_for
 from governor.cores.decider import DeciderCore
 from governor.ownership import Ownership
@@ -99,6 +99,7 @@ def main() -> None:
     for t in range(1000, 1020):  # fill the windows' histories
         one_second(stage1, stage2, workloads, float(t))
     best = min(one_second(stage1, stage2, workloads, float(t)) for t in range(1020, 1025))
+    print(compiled.describe())
     print(
         f"N={args.workloads}: decider cores {best:.3f} CPU-s per second of load = "
         f"{1000 * best / args.workloads:.4f} core per 1000 workloads"

@@ -83,7 +83,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from governor import events
+from governor import compiled, events
 from governor.bus import Consumer, Producer, codec_for
 from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
@@ -822,6 +822,7 @@ async def main() -> None:
     await ensure_topics(args.bootstrap)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        print(compiled.describe())
         print("state bytes per workload:", state_sizes())
         tp = await throughput_run(args.bootstrap, args.backlog, tmp) if args.backlog else None
         if tp is not None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from governor import gc_tuning
+from governor import compiled, gc_tuning
 from governor.events import WorkloadState
 from governor.policy import MetricObservation, ScaleInputs, ScaleResult, ScaleState, evaluate
 from governor.spec import ScalingPolicySpec
@@ -188,6 +188,7 @@ def main() -> None:
         f"policy throughput ({pinned}; {args.workloads} workloads, trace {args.trace.name};"
         f" GC thresholds {gc.get_threshold()})"
     )
+    print(f"  {compiled.describe()}")
     print(
         f"  full evaluations: {count} per {cpu:.2f} CPU-s = {cpu_rate:,.0f}/s on one core "
         f"({1e6 / cpu_rate:.1f} µs each; target ≥ 50,000/s: {cpu_rate / 50_000:.2f}×)"

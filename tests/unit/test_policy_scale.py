@@ -360,7 +360,7 @@ def test_spent_rate_budget_is_explained() -> None:
     # horizontal_test.go: "scaleUp with currentReplicas limitation with rate.PeriodSeconds with a
     # lot of recent scale up events", through the whole policy.
     spec = policy(max_replicas=1000, behavior={"scaleUp": rules(("Pods", 5, 120))})
-    events = [(T0 - 100, 1), (T0 - 60, 5), (T0 - 20, 9)]
+    events = ((T0 - 100, 1), (T0 - 60, 5), (T0 - 20, 9))
     state = ScaleState(scale_events=events, expected_replicas=100)
     r, _ = step(spec, state, 100, T0, load=50_000.0)
     assert (r.desired, r.bound_by) == (100, "rate_limit")

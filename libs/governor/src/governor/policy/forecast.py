@@ -46,8 +46,8 @@ _LOG_MAX = math.log(MAX_RATIO)
 # The upper edge of each bin.
 EDGES: tuple[float, ...] = (
     1.0,
-    *(MAX_RATIO ** (j / (FIRST_SPLIT * LOG_BINS)) for j in range(1, FIRST_SPLIT)),
-    *(MAX_RATIO ** (i / LOG_BINS) for i in range(1, LOG_BINS + 1)),
+    *[MAX_RATIO ** (j / (FIRST_SPLIT * LOG_BINS)) for j in range(1, FIRST_SPLIT)],
+    *[MAX_RATIO ** (i / LOG_BINS) for i in range(1, LOG_BINS + 1)],
 )
 _RENORMALIZE_AT = 1e12
 # A load below this fraction of its recent burst level and below IDLE replicas is between
