@@ -2,8 +2,8 @@
 run by `make setup`), and a guard against running an old build of it.
 
 Every workload's load message runs the scale policy and the decider's stage 1 (about 25 µs in
-the interpreter): compiled, the same code costs about a fifth less (docs/simulation.md,
-"Compiled hot path"). The sources stay the truth: the extension modules are built beside them,
+the interpreter): compiled, the same code runs about 1.3× as fast (docs/simulation.md, "The
+compiled hot path"). The sources stay the truth: the extension modules are built beside them,
 ignored by git, and Python imports an extension before a source of the same name. Left out:
 modules that define msgspec Structs decoded from the wire or a checkpoint (`policy.types`,
 `cores.decider_memory`): msgspec reads a compiled class's annotations differently and refuses

@@ -115,5 +115,5 @@ def raw_replicas(target_type: str, current: int, ready: int, value: float, targe
     if target_type == "AverageValue":
         return math.ceil(value / target)
     if target_type == "Utilization":
-        return math.ceil(whole_percent(value) / target * max(1, ready))
+        value = float(whole_percent(value))  # float: mypyc holds the variable's type to it
     return math.ceil(value / target * max(1, ready))
