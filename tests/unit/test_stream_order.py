@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor.stream_order import StreamOrder
+from governor.stream_order import MAX_RESEEK_WAIT_S, StreamOrder
 
 TP = ("metrics", 0)
 
@@ -98,7 +98,7 @@ def test_seeks_back_off_and_stop_at_the_gap_timeout(gaps: list[float], first: fl
             seeks.append(now)
     assert seeks[0] == gaps[0]
     for k, (a, b) in enumerate(itertools.pairwise(seeks)):
-        assert b - a >= first * 2**k
+        assert b - a >= min(first * 2**k, max(MAX_RESEEK_WAIT_S, first))
 
 
 def test_the_clock_seeks_a_gap_again_when_nothing_comes_ahead() -> None:
@@ -111,6 +111,15 @@ def test_the_clock_seeks_a_gap_again_when_nothing_comes_ahead() -> None:
     assert order.due_seeks(3.0) == [("p", 10)]
     assert order.step("p", 10, now=3.1) == "deliver"  # the gap closed: nothing to seek
     assert order.due_seeks(100.0) == []
+
+
+def test_the_clock_keeps_seeking_at_the_capped_wait_until_the_timeout() -> None:
+    # 1, 2, 4, then every 4 s: the last seek comes within a wait of the timeout, not half of it.
+    order = StreamOrder(gap_timeout=30.0, reseek_after=1.0)
+    order.resume("p", 0)
+    assert order.step("p", 3, now=0.0) == "seek"
+    sought = [t for t in (x / 10 for x in range(1, 400)) if order.due_seeks(t)]
+    assert sought == [1.0, 3.0, 7.0, 11.0, 15.0, 19.0, 23.0, 27.0]
 
 
 def test_the_clock_stops_seeking_a_gap_after_the_timeout() -> None:

@@ -338,3 +338,58 @@ def test_ingest_into_one_sample_at_a_time_equals_ingest_many(
         series, closed, late = w.ingest_many(series, iter([sample]))
         assert w.ingest_into(owned, [sample]) == (closed, late)
         assert owned == series
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spec=_specs,
+    before=_samples,
+    gaps=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.0, 1.0, 2.0, 7.0, 45.0]),
+            st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False),
+        ),
+        min_size=1,
+        max_size=120,
+    ),
+    ahead=st.sampled_from([None, 0.0, 3.0, 40.0]),
+)
+def test_in_order_samples_fold_as_the_general_path_does(
+    spec: w.WindowSpec,
+    before: list[tuple[float, float]],
+    gaps: list[tuple[float, float]],
+    ahead: float | None,
+) -> None:
+    """A source in order (each sample at or after the one before, as nearly all are) goes
+    through `ingest_into`'s walk back from the newest window: from any state (out of order,
+    thinned, a watermark `advance`d past the newest sample), the series and the windows it
+    hands over are `ingest_many`'s."""
+    series, _, _ = w.ingest_many(w.SeriesWindows(spec=spec), before)
+    ts = max((t for t, _ in before), default=0.0)
+    if ahead is not None:  # a processing-time tick raised the watermark past the newest sample
+        series, _, _ = w.advance(series, ts + ahead)
+    owned = msgspec.msgpack.decode(msgspec.msgpack.encode(series), type=w.SeriesWindows)
+    for gap, value in gaps:
+        ts += gap
+        series, closed, late = w.ingest_many(series, iter([(ts, value)]))
+        assert w.ingest_into(owned, [(ts, value)]) == (closed, late)
+        assert owned == series
+
+
+def test_a_steady_source_takes_the_in_order_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every sample after the first of a 1/s source (the first opens the series).
+    fast, calls = w._in_order_into, []
+
+    def counted(series: w.SeriesWindows, ts: float, value: float) -> list[w.WindowAcc]:
+        calls.append(ts)
+        return fast(series, ts, value)
+
+    monkeypatch.setattr(w, "_in_order_into", counted)
+    series = w.SeriesWindows(spec=w.hopping(60.0, 10.0, 2.0))
+    closed = []
+    for t in range(200):
+        closed += w.ingest_into(series, [(1_764_000_000.0 + t, float(t % 7))])[0]
+    assert len(calls) == 199
+    # The windows begun before the first sample hold part of a minute, the others all of it.
+    counts = [a.count for a in closed]
+    assert counts == [10, 20, 30, 40, 50] + [60] * (len(counts) - 5) and len(counts) >= 13

@@ -261,8 +261,10 @@ def ingest_into(
     spec = series.spec
     size, hop, cap = spec.size, spec.hop, spec.max_samples
     open_ = series.open
-    opened: list[WindowAcc] = []
     watermark, newest = series.watermark, series.newest
+    if open_ and newest is not None and ts >= newest and (watermark is None or ts >= watermark):
+        return _in_order_into(series, ts, value), 0
+    opened: list[WindowAcc] = []
     refused = -math.inf if watermark is None else watermark  # a window ending at or before it
     late = 0
     k = math.floor(ts / hop)
@@ -278,22 +280,8 @@ def ingest_into(
             while j >= 0 and open_[j].start > start:
                 j -= 1
             if j >= 0 and open_[j].start == start:
-                acc = open_[j]
-                # `_add_in_place`, inline: a call per window and sample was a fifth of the fold.
-                if acc.count:
-                    if value > acc.max:
-                        acc.max = value
-                    if ts > acc.newest:
-                        acc.newest = ts
-                else:
-                    acc.max, acc.newest = value, ts
-                count = acc.count = acc.count + 1
-                acc.sum += value
-                if acc.stride == 1 or not (count - 1) % acc.stride:
-                    insort(acc.values, value)
-                    if len(acc.values) > cap:
-                        acc.values = acc.values[1::2]
-                        acc.stride *= 2
+                # Out of order or late: rare (a source in order takes `_in_order_into`).
+                _add_in_place(open_[j], value, ts, cap)
             else:  # cap >= 2: one value is never thinned
                 opened.append(WindowAcc(start, end, 1, 0.0 + value, value, ts, [value]))
         k -= 1
@@ -315,6 +303,54 @@ def ingest_into(
     series.newest = newest
     series.late += late
     return closed, late
+
+
+def _in_order_into(series: SeriesWindows, ts: float, value: float) -> list[WindowAcc]:
+    """`ingest_into` of one sample at or after the series' newest and not behind its watermark
+    (a source in order: nearly every sample): the windows it closed. It is never late, and the
+    open windows containing it are the newest ones with `end > ts`: each starts at or before an
+    earlier sample, and one containing `ts` that starts by the newest open one holds that one's
+    first sample, so it was opened, and it ends after the watermark. Only windows after the
+    newest open one are new (once per hop). So one walk back from the newest, without finding
+    each window's start again (the general path's walk was most of the aggregator's fold)."""
+    spec = series.spec
+    size, hop, cap = spec.size, spec.hop, spec.max_samples
+    open_ = series.open
+    for acc in reversed(open_):
+        if acc.end <= ts:
+            break
+        # An open window has a sample (count >= 1) and none newer than `ts`.
+        acc.newest = ts
+        if value > acc.max:
+            acc.max = value
+        count = acc.count = acc.count + 1
+        acc.sum += value
+        if acc.stride == 1 or not (count - 1) % acc.stride:
+            insort(acc.values, value)
+            if len(acc.values) > cap:
+                acc.values = acc.values[1::2]
+                acc.stride *= 2
+    newest_start = open_[-1].start
+    k = math.floor(ts / hop)
+    start = k * hop
+    if start > newest_start:  # windows that open with this sample, newest first
+        opened: list[WindowAcc] = []
+        while start > newest_start and start + size > ts:
+            opened.append(WindowAcc(start, start + size, 1, 0.0 + value, value, ts, [value]))
+            k -= 1
+            start = k * hop
+        opened.reverse()
+        open_ += opened
+    series.newest = ts
+    candidate = ts - spec.allowed_lateness
+    watermark = series.watermark
+    if watermark is None or candidate > watermark:
+        watermark = series.watermark = candidate
+    if open_[0].end > watermark:
+        return []
+    closed = [a for a in open_ if a.end <= watermark]
+    series.open = [a for a in open_ if a.end > watermark]
+    return closed
 
 
 def _ingest_routed_into(
