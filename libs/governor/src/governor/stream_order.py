@@ -46,6 +46,7 @@ class StreamOrder:
     def __init__(self, gap_timeout: float, reseek_after: float = 1.0) -> None:
         self.gap_timeout = gap_timeout
         self.reseek_after = reseek_after
+        self.max_wait = max(MAX_RESEEK_WAIT_S, reseek_after)  # the wait doubles up to this
         self.next: dict[Hashable, int | None] = {}
         self.gap_since: dict[Hashable, float] = {}
         # Per partition in a gap: the offset sought, when, and how long until the next seek.
@@ -95,7 +96,7 @@ class StreamOrder:
         offset, at, wait = self.sought[tp]
         if now - at < wait:
             return False
-        self.sought[tp] = (offset, now, min(wait * 2, max(MAX_RESEEK_WAIT_S, self.reseek_after)))
+        self.sought[tp] = (offset, now, min(wait * 2, self.max_wait))
         return True
 
     def expected(self, tp: Hashable) -> int | None:

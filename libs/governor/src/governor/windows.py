@@ -258,12 +258,11 @@ def ingest_into(
     if not isinstance(samples, (list, tuple)) or len(samples) != 1:
         return _ingest_routed_into(series, samples)
     ((ts, value),) = samples
-    spec = series.spec
-    size, hop, cap = spec.size, spec.hop, spec.max_samples
-    open_ = series.open
-    watermark, newest = series.watermark, series.newest
+    open_, watermark, newest = series.open, series.watermark, series.newest
     if open_ and newest is not None and ts >= newest and (watermark is None or ts >= watermark):
         return _in_order_into(series, ts, value), 0
+    spec = series.spec
+    size, hop, cap = spec.size, spec.hop, spec.max_samples
     opened: list[WindowAcc] = []
     refused = -math.inf if watermark is None else watermark  # a window ending at or before it
     late = 0
