@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from governor import events
 from governor.bus import Consumer, Producer
 from governor.cores.aggregator import AggregatorCore
+from governor.cores.state_buckets import bucket_partition
 from governor.events import Topic
 from governor.window_sizes import WindowSettings
 from governor.windows import SeriesWindows, ingest_many, views
@@ -81,7 +83,17 @@ async def _play(
 async def test_windows_survive_a_rebalance(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    metrics, load, workloads, worker = await _group(kafka_bootstrap, tmp_path, unique_suffix, "rb")
+    # One table record per partition, too small for both of its two workloads' values once
+    # their windows fill: the records restored are shared, and values move out of them under
+    # their own keys (governor.cores.state_buckets).
+    metrics, load, workloads, worker = await _group(
+        kafka_bootstrap,
+        tmp_path,
+        unique_suffix,
+        "rb",
+        GOVERNOR_AGGREGATOR_TABLE_BUCKETS_PER_PARTITION="1",
+        GOVERNOR_AGGREGATOR_TABLE_BUCKET_MAX_BYTES="4000",
+    )
     a, b = worker("a").start(), worker("b")
     t0 = time.time() - 400
     try:
@@ -101,6 +113,10 @@ async def test_windows_survive_a_rebalance(
         b.stop()
 
     _assert_every_window(want, closed, seen)
+    # The changelog held shared records, and values too big to share one under their own keys.
+    changelog = f"agg-rb-{unique_suffix}-{events.AGGREGATOR_TABLE}-changelog"
+    keys = await _keys(kafka_bootstrap, changelog)
+    assert {bucket_partition(k) is None for k in keys} == {True, False}, sorted(keys)
 
 
 def _expected(sent: dict[str, list[tuple[float, float]]]) -> dict[str, dict[float, Any]]:
@@ -186,6 +202,7 @@ async def test_a_killed_worker_loses_no_window(
         GOVERNOR_AGGREGATOR_CHECKPOINT_INTERVAL_MS="1000",
         # The group moves the killed member's partitions after this long, not faust's 60 s.
         GOVERNOR_AGGREGATOR_SESSION_TIMEOUT_SECONDS="10",
+        GOVERNOR_AGGREGATOR_TABLE_BUCKETS_PER_PARTITION="1",  # shared records, restored
     )
     a, b = worker("a").start(), worker("b")
     t0 = time.time() - 400
@@ -211,6 +228,22 @@ async def test_a_killed_worker_loses_no_window(
     assert handled > 149 * len(workloads), seen
     for wl in workloads:
         assert _first_seen_in_order(starts[wl]), (wl, starts[wl])
+
+
+async def _keys(bootstrap: str, topic: str) -> set[bytes]:
+    """The keys on a topic (read from the start until 3 s bring nothing new)."""
+    raw = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await raw.start()
+    keys: set[bytes] = set()
+    try:
+        quiet_until = time.monotonic() + 10
+        while time.monotonic() < quiet_until:
+            for records in (await raw.getmany(timeout_ms=1000)).values():
+                keys.update(r.key for r in records if r.key is not None)
+                quiet_until = time.monotonic() + 3
+    finally:
+        await raw.stop()
+    return keys
 
 
 async def _closed_stable(

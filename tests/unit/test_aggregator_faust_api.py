@@ -17,6 +17,7 @@ import faust.streams
 import faust.transport.drivers.aiokafka as faust_aiokafka
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
+from faust.stores.memory import Store as MemoryStore
 from faust.tables.table import Table
 
 from governor import events
@@ -106,6 +107,12 @@ def test_the_built_app_has_what_the_aggregator_uses() -> None:
     for key in (b"ns/Deployment/a", b"ns/Deployment/b", b"other/StatefulSet/x"):
         expected = DefaultPartitioner()(key, list(range(n)), list(range(n)))
         assert table.partition_for_key(key) == expected
+    # A bucket of workloads' values names its partition (governor.cores.state_buckets).
+    assert table.partition_for_key(b"\x003.17") == 3
+    # A value back in its bucket has its own key deleted (`del table[key]`): the changelog gets
+    # a tombstone, and a restore drops the key.
+    assert "value=None" in inspect.getsource(Table.on_key_del)
+    assert "delete_key(key" in inspect.getsource(MemoryStore.apply_changelog_batch)
     assert table.changelog_topic.get_topic_name().endswith("-changelog")
     assert {"max_messages"} <= set(vars(app.producer.buffer)) | set(dir(app.producer.buffer))
     assert hasattr(app, "on_partitions_revoked") and callable(app.on_partitions_revoked.connect)

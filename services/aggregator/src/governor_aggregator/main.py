@@ -21,11 +21,12 @@ on an upgrade that changes it):
   changelog partition is the workload's partition (the producers' partitioner), so a restarted or
   rebalanced worker recovers it with the metrics partition. The decoded state is kept in the
   core, dropped on every revocation (then the table is the truth).
-- one table write per changed workload per `checkpoint_interval_ms`, not per batch: a
-  workload's value is ~2.5 KB, and at a sample a second per batch that was ~25 MB/s of acks=all
+- one table write per bucket of changed workloads per `checkpoint_interval_ms`, not per batch:
+  a workload's value is ~2.5 KB, and at a sample a second per batch that was ~25 MB/s of acks=all
   changelog at 10,000 workloads, with the load windows queued behind it in the producer. So the
-  events of a batch are not acked when it is handled: a checkpoint (every interval) writes each
-  changed workload's value (`table[key] = value`) and then acks the events it covers. faust
+  events of a batch are not acked when it is handled: a checkpoint (every interval) writes the
+  changed workloads' values (`table[key] = value`, many workloads a record:
+  `governor.cores.state_buckets`) and then acks the events it covers. faust
   commits only acked offsets and flushes its producer (the changelog) first, so a committed
   offset never runs ahead of the table. What was folded after the last checkpoint is replayed
   by the partition's next owner (a crash, a stop, a rebalance: `stream_wait_empty` is off, so
@@ -56,7 +57,7 @@ on an upgrade that changes it):
 - A table write takes its changelog partition from faust's producer's metadata, which aiokafka
   narrows to the topics it was sent to once one send needed a refresh: a write that finds the
   changelog gone goes out with `send_and_wait` first (which adds the topic), then into the
-  table (`store`); the agent crashed on it before.
+  table (`TableValues.store`); the agent crashed on it before.
 
 faust 0.15.3 fixes the consumer's fetch wait at 1.5 s (no setting): a partition whose records
 were buffered when a fetch was sent waits for that fetch, so a sample could wait up to 1.5 s.
@@ -97,7 +98,9 @@ from governor.cores.aggregator import (
     StateWrite,
     WindowSettings,
     WorkloadSamples,
+    newest_offset,
 )
+from governor.cores.state_buckets import StateBuckets
 from governor.entry import service_settings
 from governor.metric_records import Partitions, Refused, split_record
 from governor.settings import KafkaSettings
@@ -106,7 +109,7 @@ from governor.telemetry import HealthServer, JsonFormatter, SlowTickAsInfo, Tall
 from governor_aggregator.app import FETCH_WAIT_ENV, broker_credentials, faust_app
 from governor_aggregator.cli import PREFIX
 from governor_aggregator.policies import PolicyFollower
-from governor_aggregator.table import WorkloadTable
+from governor_aggregator.table import TableValues, WorkloadTable
 
 log = logging.getLogger("governor.aggregator")
 
@@ -154,11 +157,15 @@ class AggregatorSettings(WindowSettings, kw_only=True, forbid_unknown_fields=Tru
     batch_max_samples: int = 5_000
     batch_within_ms: int = 100
     # Each changed workload's table value is written (and the records folded into it acked, so
-    # committable) this often; a crash replays at most this much. See the docstring. Each
-    # checkpoint writes every changed workload (one faust send each, ~45 us): at 10,000
+    # committable) this often; a crash replays at most this much. See the docstring. At 10,000
     # workloads 10 s took 0.056-0.057 core per 1,000 workloads against 0.061 at 5 s
-    # (bench/pipeline_latency.py, alternating runs).
+    # (bench/pipeline_latency.py, alternating runs), when each workload was a record of its own.
     checkpoint_interval_ms: int = 10_000
+    # The table's records (`governor.cores.state_buckets`): a metrics partition's workloads
+    # share this many, of at most this many bytes each (well inside Kafka's 1 MB). A record per
+    # workload was a faust send each (~45 us): 14 % of the aggregator at 10,000 workloads.
+    table_buckets_per_partition: int = 64
+    table_bucket_max_bytes: int = 512 * 1024
     # How long a fetch may wait at the broker for data (faust's own: 1500; see the docstring).
     fetch_max_wait_ms: int = 100
     # A partition whose next offset has not come for this long after later ones did is taken to
@@ -197,14 +204,13 @@ class Aggregation:
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         self.metrics_topic = app.topic(s.metrics_topic, key_type=bytes, value_type=bytes, **raw)
         self.dlq_topic = app.topic(f"{s.metrics_topic}.dlq", **raw)
-        self.table = app.Table(
-            events.AGGREGATOR_TABLE,
-            default=None,
-            partitions=events.METRICS.partitions,
-            key_type=bytes,
-            value_type=bytes,
-            use_partitioner=True,
+        buckets = StateBuckets(
+            lambda w: self.partitions_of_metrics().of(w),
+            newest_offset,
+            per_partition=s.table_buckets_per_partition,
+            max_bytes=s.table_bucket_max_bytes,
         )
+        self.values = TableValues(app, buckets)
         self.headers = Decoder(events.METRICS)
         self.expected_headers = codec_for(events.METRICS).headers
         self.partitions: Partitions | None = None
@@ -263,16 +269,17 @@ class Aggregation:
 
     def hold(self, workload: str) -> None:
         """The core holds `workload`'s state: from the table when it did not."""
-        if not self.core.holds(workload):
-            kb = workload.encode()
-            if not self.core.restore(workload, self.table.get(kb)):
-                log.warning("table value of %r unreadable: starting over", kb)
+        if not self.core.holds(workload) and not self.core.restore(
+            workload, self.values.stored(workload)
+        ):
+            log.warning("table value of %r unreadable: starting over", workload)
 
     async def revoked(self) -> None:
         """Partitions moved: the table (restored from the changelog) is the truth again; what
         was folded since the last checkpoint is replayed from the committed offsets."""
         async with self.lock:
             self.core.revoked()
+            self.values.clear()
             self.unacked = []
             self.order.moved()
             self.resume_at = None
@@ -281,8 +288,8 @@ class Aggregation:
         """Where a metrics partition resumes (`AggregatorCore.resume_offsets`). None: nothing
         of it folded yet; it resumes with whatever comes first."""
         if self.resume_at is None:
-            for kb in list(self.table.keys()):
-                self.hold(kb.decode())
+            for workload in self.values.workloads():
+                self.hold(workload)
             self.resume_at = self.core.resume_offsets(parts)
         return self.resume_at.get(partition)
 
@@ -362,11 +369,12 @@ class Aggregation:
         return good
 
     async def emit(self, out: Outputs[Emitted]) -> None:
-        """The core's table writes (the changelog is the checkpoint), then its load windows,
-        queued for `send_windows`."""
-        for write in out.checkpoints:
-            assert isinstance(write, StateWrite)
-            await self.store(write.key, write.value)
+        """The core's table writes (the changelog is the checkpoint: a record per bucket of
+        workloads, `governor.cores.state_buckets`), then its load windows, queued for
+        `send_windows`."""
+        changed = [(w.key.decode(), w.value) for w in out.checkpoints if isinstance(w, StateWrite)]
+        if changed:
+            await self.values.write(changed)
         for window in out.records:
             assert isinstance(window, events.LoadWindow)
             self.windows.append(window)
@@ -426,14 +434,6 @@ class Aggregation:
         for outcome, n in self.core.take_counts().items():
             self.tally.add(self.samples[outcome], n)
 
-    async def store(self, kb: bytes, value: bytes) -> None:
-        try:
-            self.table[kb] = value
-        except TypeError:  # the changelog dropped out of the producer's metadata (docstring)
-            topic = self.table.changelog_topic.get_topic_name()
-            await self.app.producer.send_and_wait(topic, kb, value, None, None, None)
-            self.table[kb] = value
-
     async def reseek(self) -> None:
         """Seek again the metrics partitions whose re-fetch did not come (`StreamOrder.due_seeks`):
         a quiet source sends nothing ahead that would ask for it."""
@@ -443,7 +443,7 @@ class Aggregation:
                 await self.app.consumer.seek_wait({TP(*tp): offset for tp, offset in due})
 
     async def publish_dirty(self) -> None:
-        SERIES.set(len(self.table))
+        SERIES.set(len(self.core.live))
         async with self.lock:  # after the windows of the batch before, in order
             await self.emit(self.core.tick(time.monotonic()))
             await self.send_windows()

@@ -68,6 +68,7 @@ __all__ = [
     "WorkloadWindows",
     "estimates",
     "load_message",
+    "newest_offset",
     "signature",
 ]
 
@@ -112,6 +113,16 @@ Emitted = StateWrite | events.LoadWindow
 
 _STATE_ENC = msgspec.msgpack.Encoder()
 _STATE_DEC = msgspec.msgpack.Decoder(WorkloadWindows)
+
+
+def newest_offset(value: bytes) -> int:
+    """The newest source offset folded into a table value (-1: none, or unreadable): which of
+    two copies of a workload's value is current (`governor.cores.state_buckets`)."""
+    try:
+        state = _STATE_DEC.decode(value)
+    except msgspec.DecodeError:
+        return -1
+    return max((m.offset for m in state.values()), default=-1)
 
 
 def estimates(state: MetricWindows) -> list[tuple[WindowKind, WindowAcc]]:
