@@ -98,6 +98,21 @@ def test_every_crash_point_of_a_move_keeps_the_newest_value() -> None:
             )
 
 
+def test_a_mate_not_restored_keeps_its_newer_own_copy_when_its_bucket_is_written() -> None:
+    # A crash between a move's writes left `w` in its bucket (v1) and, newer, under its own key
+    # (v2). The next owner restores only `mate`; writing their bucket, too big for both, must
+    # neither spill `w`'s stale copy over its own key nor drop v2.
+    w = NAMES[0]
+    mate = next(n for i in range(100) if PARTS.of(n := f"ns/Deployment/m{i}") == PARTS.of(w))
+    buckets = layout(max_bytes=2000, per_partition=1)
+    key = buckets.key_of(w)
+    stale = {mate: msgspec.Raw(value(0, 10)), w: msgspec.Raw(value(1, 900))}  # `w` fits last
+    table = {key: msgspec.msgpack.encode(stale), w.encode(): value(2, 900)}
+    assert buckets.stored(mate, table.get) == value(0, 10)
+    apply(table, buckets.writes([(mate, value(3, 1500))], table.get))
+    assert layout(max_bytes=2000, per_partition=1).stored(w, table.get) == value(2, 900)
+
+
 def test_a_value_written_before_buckets_is_read_and_moved_into_one() -> None:
     w = NAMES[3]
     table = {w.encode(): value(7, 10)}  # the layout before buckets: one record per workload

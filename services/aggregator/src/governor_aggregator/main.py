@@ -95,7 +95,6 @@ from governor.cores import Outputs
 from governor.cores.aggregator import (
     AggregatorCore,
     Emitted,
-    StateWrite,
     WindowSettings,
     WorkloadSamples,
     newest_offset,
@@ -372,9 +371,8 @@ class Aggregation:
         """The core's table writes (the changelog is the checkpoint: a record per bucket of
         workloads, `governor.cores.state_buckets`), then its load windows, queued for
         `send_windows`."""
-        changed = [(w.key.decode(), w.value) for w in out.checkpoints if isinstance(w, StateWrite)]
-        if changed:
-            await self.values.write(changed)
+        if out.checkpoints:  # a checkpoint's (`on`, per workload and batch, has none)
+            await self.values.write(out.checkpoints)
         for window in out.records:
             assert isinstance(window, events.LoadWindow)
             self.windows.append(window)

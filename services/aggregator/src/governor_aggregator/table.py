@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import faust
 
 from governor import events
+from governor.cores.aggregator import StateWrite
 from governor.cores.state_buckets import StateBuckets, bucket_partition
 from governor.metric_records import Partitions
 
@@ -66,8 +68,9 @@ class TableValues:
         """Partitions moved: the table (restored) is read again."""
         self.buckets.clear()
 
-    async def write(self, changed: list[tuple[str, bytes]]) -> None:
-        """A checkpoint's new values, in the records that hold them."""
+    async def write(self, writes: Sequence[object]) -> None:
+        """A checkpoint's new values (`StateWrite`s), in the records that hold them."""
+        changed = [(w.key.decode(), w.value) for w in writes if isinstance(w, StateWrite)]
         for key, value in self.buckets.writes(changed, self.table.get):
             await self.store(key, value)
 

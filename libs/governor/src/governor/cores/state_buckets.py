@@ -84,7 +84,8 @@ class StateBuckets:
         self.own.clear()
 
     def bucket(self, key: bytes, read: Read) -> Bucket:
-        """A bucket's members, read once (an unreadable record: none)."""
+        """A bucket's members, read once (an unreadable record: none), each the newer of its
+        copies: a member not restored here is still written with its bucket, or spilled."""
         members = self.buckets.get(key)
         if members is None:
             stored = read(key)
@@ -95,7 +96,19 @@ class StateBuckets:
                 except msgspec.DecodeError:
                     self.unreadable.append(key)
             self.buckets[key] = members
+            for workload in list(members):
+                self.take_own(workload, members, read)
         return members
+
+    def take_own(self, workload: str, members: Bucket, read: Read) -> None:
+        """`workload`'s own-key copy into `members` if it is the newer (see the docstring)."""
+        own = read(workload.encode())
+        if own is None:
+            return
+        self.own.add(workload)
+        in_bucket = members.get(workload)
+        if in_bucket is None or self.rank(own) > self.rank(bytes(in_bucket)):
+            members[workload] = msgspec.Raw(own)
 
     def workloads_in(self, key: bytes, read: Read) -> list[str]:
         """The workloads a table key holds values of."""
@@ -104,17 +117,12 @@ class StateBuckets:
         return list(self.bucket(key, read))
 
     def stored(self, workload: str, read: Read) -> bytes | None:
-        """`workload`'s current value: the newer of its copies (see the docstring)."""
+        """`workload`'s current value: the newer of its copies."""
         members = self.bucket(self.key_of(workload), read)
-        in_bucket = members.get(workload)
-        own = read(workload.encode())
-        if own is None:
-            return None if in_bucket is None else bytes(in_bucket)
-        self.own.add(workload)
-        if in_bucket is None or self.rank(own) > self.rank(bytes(in_bucket)):
-            members[workload] = msgspec.Raw(own)
-            return own
-        return bytes(in_bucket)
+        if workload not in members:  # spilled: under its own key alone
+            self.take_own(workload, members, read)
+        value = members.get(workload)
+        return None if value is None else bytes(value)
 
     def writes(self, changed: Iterable[tuple[str, bytes]], read: Read) -> list[Write]:
         """A checkpoint's table writes for these new values: per bucket touched, the members
