@@ -6,7 +6,11 @@ add to its samples and windows).
 
 For each N in --workloads: policies and WorkloadStates for N workloads are published, then every
 second one sample per workload is pushed to the collector for --duration seconds (a slow sine per
-workload, so decisions keep coming). Measured, in one run:
+workload, so decisions keep coming), in HTTP pushes of PUSH_CHUNK samples spread evenly over the
+second. The "pushed" line says how many samples a second went out: a driver short of CPU pushes
+less than N a second, and the run then warns (on 2026-12-07 the driver as it was, reading every
+load message and pushing as fast as it could, pushed 72-84 % of 10,000 a second: the figures at
+10,000 workloads of the days before may be for less load too). Measured, in one run:
 
 - newest sample -> recommendation and -> decision published: for each Recommendation/ScaleDecision
   that carries a newer input than the last one of its workload, (arrival wall time - the
@@ -23,7 +27,8 @@ workload, so decisions keep coming). Measured, in one run:
   a sample interval older, so its "latency" includes that wait: it is reported among all
   decisions, and apart from them the decisions made by the first evaluation of their input.
 - newest sample -> Kafka CreateTime of the sample, of the open window's LoadWindow and of the
-  recommendation: where the time goes.
+  recommendation: where the time goes (the LoadWindows of two of the load topic's six
+  partitions, `LOAD_SAMPLED`: reading them all took most of this driver's CPU).
 - CPU (utime + stime, in cores) of aggregator(s), decider, collector and this driver over the
   push (its --duration and the drain), and the load average at its start and end: on a shared
   machine the latency depends on the CPU share the services get, and the CPU cost does not;
@@ -78,7 +83,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -88,7 +93,6 @@ from governor.bus import Consumer, Producer, codec_for
 from governor.metric_records import decode_record
 from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
-from governor.windows import views
 from governor_collector.kafka import BusPublisher
 from tests.support.procs import Service, governor_service
 
@@ -98,6 +102,13 @@ DRAIN_S = 5.0
 # How long recommendations are read after the push stops: a source gone quiet leaves its held
 # estimate to the aggregator's interval (2.5 s) and what time makes due to a decider tick.
 QUIET_S = 6.0
+# The load partitions whose messages the "where the time goes" line reads: a third of the six,
+# one of each half (under a range or a round-robin split of the aggregators, both have one).
+LOAD_SAMPLED = (0, 3)
+PUSH_CHUNK = 500  # samples per HTTP push; a second's pushes are spread evenly over it
+# Below this share of N samples a second pushed, the run says its load was short (the "pushed"
+# line). The push's last second is cut by its end, so a full push reads ~98 %.
+PUSH_SHORT = 0.95
 
 
 def rss_mib(pid: int) -> float:
@@ -268,7 +279,7 @@ async def latency_run(
     after: list[tuple[float, float]] = []
     consumer = Consumer(
         bootstrap,
-        [recs_topic, decisions_topic, load_topic],
+        [recs_topic, decisions_topic],
         group_id=None,
         check_keys=False,
         auto_offset_reset="latest",
@@ -280,6 +291,14 @@ async def latency_run(
         metrics_topic.name, bootstrap_servers=bootstrap, auto_offset_reset="latest"
     )
     await metrics_reader.start()
+    # The load topic (a message per series and panic hop: ~5,000/s at 10,000 workloads) is read
+    # on LOAD_SAMPLED partitions only: read in full it was most of this driver's CPU, which
+    # the services under test share two cores with. Its stage line is a sample of the messages.
+    load_reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="latest")
+    load_reader.assign([TopicPartition(load_topic.name, p) for p in LOAD_SAMPLED])
+    await load_reader.start()
+    await load_reader.seek_to_end()
+    decode_load = codec_for(load_topic).decode
     stop = asyncio.Event()
 
     async def follow_metrics() -> None:
@@ -293,6 +312,17 @@ async def latency_run(
                     if newest < measured_until[0]:
                         stages["metrics"].append(r.timestamp / 1000 - newest)
 
+    async def follow_load() -> None:
+        while not stop.is_set():
+            for records in (await load_reader.getmany(timeout_ms=200)).values():
+                for r in records:
+                    v = decode_load(r.value)
+                    created = r.timestamp / 1000
+                    # The message and its `more`: each a window's view (`windows.views`).
+                    for w in (v, *v.more):
+                        if not w.closed and w.newest_sample < measured_until[0]:
+                            stages["load"].append(created - w.newest_sample)
+
     async def follow() -> None:
         while not stop.is_set():
             for m in await consumer.poll(200):
@@ -300,11 +330,6 @@ async def latency_run(
                 if v is None or v.workload not in ours:
                     continue
                 created = m.timestamp_ms / 1000
-                if isinstance(v, events.LoadWindow):
-                    for w in views(v):
-                        if not w.closed and w.newest_sample < measured_until[0]:
-                            stages["load"].append(created - w.newest_sample)
-                    continue
                 if v.newest_input >= measured_until[0]:
                     if isinstance(v, events.Recommendation):
                         after.append((v.newest_input, arrived - v.newest_input))
@@ -328,6 +353,7 @@ async def latency_run(
 
     follower = asyncio.create_task(follow())
     metrics_follower = asyncio.create_task(follow_metrics())
+    load_follower = asyncio.create_task(follow_load())
     assert aggregator.proc and decider.proc
     assert collector.proc
     pids = {
@@ -376,7 +402,11 @@ async def latency_run(
             due = int(tick - start) // 15 > len(lags) - 1
             if tick - start < duration and due and (sampling is None or sampling.done()):
                 sampling = asyncio.create_task(take_sample(tick - start, sent))
-            for lo in range(0, n, 500):
+            for j, lo in enumerate(range(0, n, PUSH_CHUNK)):
+                # Spread over the second, as independent sources push: pushed as fast as this
+                # loop goes, the samples reach the aggregators in one burst a second (its p99
+                # rose by ~0.7 s when this driver, made lighter, pushed faster).
+                await asyncio.sleep(max(0.0, tick + j * PUSH_CHUNK / n - time.time()))
                 batch = [
                     {
                         "workload": workloads[i],
@@ -384,7 +414,7 @@ async def latency_run(
                         "value": 40 + 35 * math.sin((tick - start) / 30 + i),
                         "timestamp": time.time(),
                     }
-                    for i in range(lo, min(n, lo + 500))
+                    for i in range(lo, min(n, lo + PUSH_CHUNK))
                 ]
                 resp = await http.post(
                     url,
@@ -407,8 +437,10 @@ async def latency_run(
     stop.set()
     await follower
     await metrics_follower
+    await load_follower
     await consumer.stop()
     await metrics_reader.stop()
+    await load_reader.stop()
     elapsed = time.time() - start
     dec_new = [lat for w, newest, at, lat in decisions if first_eval.get((w, newest)) == at]
     quiet = [lat for newest, lat in after if newest >= last_round]
@@ -423,6 +455,7 @@ async def latency_run(
     return {
         "workloads": n,
         "samples": sent,
+        "push_seconds": pushed,
         "rec_p50": pct(rec_lat, 0.5),
         "rec_p99": pct(rec_lat, 0.99),
         "rec_count": len(rec_lat),
@@ -867,6 +900,13 @@ async def main() -> None:
             for line in r["lags"]:
                 print("   consumer lag", line)
             print("   decider lag per process (messages):", r["per_decider"])
+            rate = r["samples"] / r["push_seconds"]
+            print(f"   pushed {rate:.0f} samples/s ({100 * rate / n:.1f} % of the {n} asked)")
+            if rate < PUSH_SHORT * n:
+                print(
+                    f"   WARNING: this driver pushed under {PUSH_SHORT:.0%} of the load asked"
+                    " (it was short of CPU): the figures above are for less load than N"
+                )
             print("   newest sample -> Kafka CreateTime of:", r["stages"])
             for line in r["timeline"]:
                 print("   sample->recommendation", line)
