@@ -100,22 +100,37 @@ def test_the_throttle_holds_an_estimate_back_until_the_tick() -> None:
     assert not core.tick(10.0)  # nothing held back any more
 
 
-def test_a_new_series_goes_out_per_sample_until_its_first_closed_window() -> None:
+def test_a_new_series_goes_out_every_other_sample_as_it_arrives_until_its_first_close() -> None:
     core = AggregatorCore(S)
     sent = []
     for i in range(12):  # a sample a second, `now` its arrival
         out = core.on(WorkloadSamples(W, items([1000.0 + i], first_offset=i), now=float(i)))
         windows = [w for w in out.records if isinstance(w, events.LoadWindow)]
         sent.append((i, bool(windows), any(v.closed for w in windows for v in (w, *w.more))))
+        # the tick between two samples sends nothing: the held one waits for the next
+        assert not core.tick(i + 0.75).records
+        for w in windows:  # each message carries the sample that sent it
+            assert max(v.newest_sample for v in (w, *w.more)) == 1000.0 + i
     first_close = next(i for i, _, closed in sent if closed)
     # the first sample at or past 1002 s + 2 s lateness + W's phase closes the panic window
     # ending at 1002 s
     assert first_close == math.ceil(4 + PHASE)
-    assert all(out for _, out, _ in sent[:first_close])  # each sample at once
+    # the first at once, then every other one (START_INTERVAL_S after the last message)
+    assert [out for _, out, _ in sent[:first_close]] == [i % 2 == 0 for i in range(first_close)]
     # then only with a close (the panic hop's, every 2 s): the sample between waits for it
     after = [out for _, out, _ in sent[first_close:]]
     assert after == [i % 2 == 0 for i in range(len(after))]
     assert all(closed for _, out, closed in sent[first_close:] if out)
+
+
+def test_a_new_series_held_estimate_goes_out_on_the_tick_after_the_interval() -> None:
+    core = AggregatorCore(S)
+    assert core.on(WorkloadSamples(W, items([1000.0]), now=0.0)).records
+    assert not core.on(WorkloadSamples(W, items([1001.0], first_offset=1), now=1.0)).records
+    assert not core.tick(START_INTERVAL_S + 0.5).records  # a next sample may still send it
+    [window] = core.tick(S.publish_interval_ms / 1000).records  # the source went quiet
+    assert isinstance(window, events.LoadWindow) and window.newest_sample == 1001.0
+    assert not core.tick(10.0).records
 
 
 def test_a_closed_window_sends_the_held_estimate_with_it() -> None:

@@ -6,9 +6,10 @@ same code the simulator runs; a workload whose policy has `panic` gets that sect
 (`governor.window_sizes`, read from governor.policies by `governor_aggregator.policies`).
 Per series it publishes ONE LoadWindow message whenever windows close (the closed ones and
 the open windows' estimates, in `LoadWindow.more`), and otherwise the open windows' estimates
-at most every `publish_interval_ms` (2.5 s; 250 ms before a series' first closed window, so a
-new workload's first decisions see its newest sample), so a decision never waits for a whole
-window and the load topic carries about one message per series and panic hop (2 s).
+at most every `publish_interval_ms` (2.5 s; before a series' first closed window a sample goes
+out as it arrives 1.5 s after the last message, so a new workload's decisions see its newest
+sample), so a decision never waits for a whole window and the load topic carries about one
+message per series and panic hop (2 s).
 
 Only faust's public API (tests/unit/test_aggregator_faust_api.py lists what it relies on and fails
 on an upgrade that changes it):

@@ -15,10 +15,11 @@ one workload's samples of a batch; `tick(now)` sends the series held back by the
   windows' estimates, in one `LoadWindow` with `more`), else at most every `interval_s`, and
   never with the same estimates twice; what was held back goes out on the first `tick` after
   its interval is up, unless a window closed before. A series no window of has closed yet here
-  (a new workload, or one new to this worker) has no closes to ride on: until its first, its
-  interval is `START_INTERVAL_S`, so a new workload's first decisions see its newest sample,
-  not one held a throttle interval (at most `hop + lateness + phase` seconds of it: under 6 s
-  by default);
+  (a new workload, or one new to this worker) has no closes to ride on: until its first, a
+  sample goes out as it arrives if the last message is `START_INTERVAL_S` old (its first at
+  once), so a new workload's decisions see its newest sample, not one held for the tick, at
+  about the cadence its closes will keep (at most `hop + lateness + phase` seconds of it:
+  under 6 s by default);
 - **close phases**: a workload's windows close `close_phase` (a fixed share of the panic hop,
   from a hash of its id) after their lateness, so workloads whose sources report on one beat
   do not all close a window on the same one.
@@ -229,9 +230,13 @@ def respecced(series: SeriesWindows, spec: WindowSpec) -> SeriesWindows:
     return SeriesWindows(spec=spec)
 
 
-# The throttle of a series before its first closed window: the shell's tick (250 ms), so a
-# source of a sample a second goes out per sample and a fast one at most four times a second.
-START_INTERVAL_S = 0.25
+# The least spacing of a series' messages on a sample's arrival before its first closed window:
+# a source of a sample a second then goes out every other sample, each as it arrives, the panic
+# hop's cadence to come. Held estimates wait `interval_s` for the tick, as after a close, so the
+# tick does not send a sample a second old just before the next one would go out fresh. At a
+# sample per message (250 ms before 2026-12-07) 10,000 new workloads doubled the deciders' load
+# for their first seconds, and the recommendations of those seconds were most of the p99.
+START_INTERVAL_S = 1.5
 
 
 class AggregatorCore:
@@ -254,7 +259,8 @@ class AggregatorCore:
         self.published_at: dict[SeriesKey, float] = {}
         self.published: dict[SeriesKey, tuple[tuple[float, int], ...]] = {}
         self.dirty: dict[SeriesKey, MetricWindows] = {}
-        # The series a window of closed here: the others are throttled at `start_interval_s`.
+        # The series a window of closed here: the others go out on arrival at most every
+        # `start_interval_s`.
         self.cadenced: set[SeriesKey] = set()
         # Workloads changed since the last `checkpoint`, in the order they changed.
         self.unwritten: dict[str, None] = {}
@@ -418,14 +424,9 @@ class AggregatorCore:
         out: Outputs[Emitted] = Outputs()
         if not self.dirty:
             return out
-        # `interval_of`, inline: a call per held series and tick was a tenth of the tick.
-        since, cadenced = self.published_at, self.cadenced
-        cadence, start = self.interval_s, self.start_interval_s
-        due = [
-            key
-            for key in self.dirty
-            if now - since.get(key, -math.inf) >= (cadence if key in cadenced else start)
-        ]
+        # Every held series waits `interval_s`, with or without a close (START_INTERVAL_S).
+        since, cadence = self.published_at, self.interval_s
+        due = [key for key in self.dirty if now - since.get(key, -math.inf) >= cadence]
         for key in due:
             out.records += self.publish(key, self.dirty.pop(key), [], now)
         return out
