@@ -27,8 +27,8 @@ load message and pushing as fast as it could, pushed 72-84 % of 10,000 a second:
   a sample interval older, so its "latency" includes that wait: it is reported among all
   decisions, and apart from them the decisions made by the first evaluation of their input.
 - newest sample -> Kafka CreateTime of the sample, of the open window's LoadWindow and of the
-  recommendation: where the time goes (the LoadWindows of two of the load topic's six
-  partitions, `LOAD_SAMPLED`: reading them all took most of this driver's CPU).
+  recommendation: where the time goes (the LoadWindows of two of the load topic's partitions,
+  `load_sampled`: reading them all took most of this driver's CPU).
 - CPU (utime + stime, in cores) of aggregator(s), decider, collector and this driver over the
   push (its --duration and the drain), and the load average at its start and end: on a shared
   machine the latency depends on the CPU share the services get, and the CPU cost does not;
@@ -102,13 +102,16 @@ DRAIN_S = 5.0
 # How long recommendations are read after the push stops: a source gone quiet leaves its held
 # estimate to the aggregator's interval (2.5 s) and what time makes due to a decider tick.
 QUIET_S = 6.0
-# The load partitions whose messages the "where the time goes" line reads: a third of the six,
-# one of each half (under a range or a round-robin split of the aggregators, both have one).
-LOAD_SAMPLED = (0, 3)
 PUSH_CHUNK = 500  # samples per HTTP push; a second's pushes are spread evenly over it
 # Below this share of N samples a second pushed, the run says its load was short (the "pushed"
 # line). The push's last second is cut by its end, so a full push reads ~98 %.
 PUSH_SHORT = 0.95
+
+
+def load_sampled(partitions: int) -> tuple[int, ...]:
+    """The load partitions the "where the time goes" line reads: the first of each half, so
+    that under a range or a round-robin split between two aggregators each has one."""
+    return tuple(sorted({0, partitions // 2}))
 
 
 def rss_mib(pid: int) -> float:
@@ -292,10 +295,11 @@ async def latency_run(
     )
     await metrics_reader.start()
     # The load topic (a message per series and panic hop: ~5,000/s at 10,000 workloads) is read
-    # on LOAD_SAMPLED partitions only: read in full it was most of this driver's CPU, which
-    # the services under test share two cores with. Its stage line is a sample of the messages.
+    # on two partitions only (`load_sampled`): read in full it was most of this driver's CPU,
+    # which the services under test share two cores with. Its stage line is a sample of them.
     load_reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="latest")
-    load_reader.assign([TopicPartition(load_topic.name, p) for p in LOAD_SAMPLED])
+    sampled = load_sampled(load_topic.partitions)
+    load_reader.assign([TopicPartition(load_topic.name, p) for p in sampled])
     await load_reader.start()
     await load_reader.seek_to_end()
     decode_load = codec_for(load_topic).decode

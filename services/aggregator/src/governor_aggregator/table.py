@@ -9,7 +9,7 @@ from typing import Any
 import faust
 
 from governor import events
-from governor.cores.aggregator import StateWrite
+from governor.cores.aggregator import Emitted, StateWrite
 from governor.cores.state_buckets import StateBuckets, bucket_partition
 from governor.metric_records import Partitions
 
@@ -68,7 +68,7 @@ class TableValues:
         """Partitions moved: the table (restored) is read again."""
         self.buckets.clear()
 
-    async def write(self, writes: Sequence[object]) -> None:
+    async def write(self, writes: Sequence[Emitted]) -> None:
         """A checkpoint's new values (`StateWrite`s), in the records that hold them."""
         changed = [(w.key.decode(), w.value) for w in writes if isinstance(w, StateWrite)]
         for key, value in self.buckets.writes(changed, self.table.get):
