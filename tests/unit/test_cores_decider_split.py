@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.cores.decider import DECISION_PREFIX, DeciderCore
+from governor.cores.decider_memory import Memory, memory_of
 from governor.events import (
     DeciderCheckpoint,
     LoadWindow,
@@ -143,15 +144,19 @@ def test_a_handover_continues_stage1_from_its_checkpoint(means: list[float], cut
     old.republish_seconds = 0.0  # every evaluation's recommendation, to compare them all
     old.on_workload(state(2, 0.0))
     cut = min(cut, len(means) - 1)
+    table: dict[str, DeciderCheckpoint] = {}  # the compacted topic: the newest per key
     for i, mean in enumerate(means[:cut]):
         for w in windows(1000.0 + 5 * i, mean):
             old.on_window(w)
-        old.decide(WL, 1000.0 + 5 * i)
+        cp = old.decide(WL, 1000.0 + 5 * i).checkpoint  # a pass-through decision's
+        if cp is not None:
+            table[cp.workload] = cp
+    table.update((cp.workload, cp) for cp in old.checkpoints_due(2000.0))
     heir = DeciderCore(role="stage1", republish_seconds=0.0)
     heir.on_policy("shop/web", policy())
     heir.on_workload(state(2, 0.0))
     heir.assign(Ownership.all())
-    for cp in old.checkpoints_due(2000.0):
+    for cp in table.values():
         heir.on_checkpoint(cp)
     for i, mean in enumerate(means[cut:], start=cut):
         t = 1000.0 + 5 * i
@@ -159,6 +164,83 @@ def test_a_handover_continues_stage1_from_its_checkpoint(means: list[float], cut
             for w in windows(t, mean):
                 core.on_window(w)
         assert heir.decide(WL, t).recommendation == old.decide(WL, t).recommendation
+
+
+def kept(mem: Memory) -> tuple[object, ...]:
+    """Every field of a workload's memory a checkpoint carries."""
+    return (mem.state, mem.seq, mem.last_to, mem.last_decided_at, mem.last_newest_input,
+            mem.elastic)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(min_value=0.0, max_value=3000.0), st.booleans()), max_size=60),
+    st.integers(min_value=0, max_value=59),
+    st.booleans(),
+)
+def test_a_handover_from_the_checkpoint_table_continues_stage1_though_flushes_skip(
+    steps: list[tuple[float, bool]], cut: int, pass_through: bool
+) -> None:
+    """Flushes leave out a workload whose last checkpoint holds the same memory: whenever the
+    offsets are committed (after a flush), the newest checkpoint per key in the compacted topic
+    still restores an heir that recommends and decides exactly as the old owner."""
+    old = new("stage1")
+    old.republish_seconds, old.pass_through = 0.0, pass_through
+    replicas = 2
+    table: dict[str, DeciderCheckpoint] = {}  # the compacted topic: the newest per key
+    cut = min(cut, len(steps))
+    t = 1000.0
+    for mean, flush in steps[:cut]:
+        t += 1.0  # a second apart: several evaluations share a 15 s history step
+        old.on_workload(state(replicas, t - 0.5))
+        for w in windows(t, mean):
+            old.on_window(w)
+        out = old.decide(WL, t)
+        if out.checkpoint is not None:  # a pass-through decision's, written before it
+            table[out.checkpoint.workload] = out.checkpoint
+        replicas = out.decision.to_replicas if out.decision is not None else replicas
+        if flush:  # then the offsets are committed: the table must restore the memory as is
+            table.update((cp.workload, cp) for cp in old.checkpoints_due(t))
+            assert kept(memory_of(table[WL])) == kept(old.memory[WL])
+    table.update((cp.workload, cp) for cp in old.checkpoints_due(t))  # the revocation's flush
+    heir = DeciderCore(role="stage1", republish_seconds=0.0, pass_through=pass_through)
+    heir.on_policy("shop/web", policy())
+    heir.assign(Ownership.all())
+    for cp in table.values():
+        heir.on_checkpoint(cp)
+    for mean, _ in steps[cut:]:
+        t += 1.0
+        for core in (old, heir):
+            core.on_workload(state(replicas, t - 0.5))
+            for w in windows(t, mean):
+                core.on_window(w)
+        want, got = old.decide(WL, t), heir.decide(WL, t)
+        assert (got.recommendation, got.decision) == (want.recommendation, want.decision)
+        replicas = want.decision.to_replicas if want.decision is not None else replicas
+
+
+@pytest.mark.parametrize("pass_through", [False, True])
+def test_a_flush_writes_no_checkpoint_that_holds_what_the_last_one_held(pass_through: bool) -> None:
+    core = new("stage1")
+    core.pass_through = pass_through
+    core.on_workload(state(2, 999.0))
+    for t in (1000.0, 1001.0):
+        for w in windows(t, 140.0):  # 140 rps at 70 per pod: 2 replicas, as it runs
+            core.on_window(w)
+        core.decide(WL, t)
+    assert [cp.workload for cp in core.checkpoints_due(1001.0)] == [WL]
+    for w in windows(1002.0, 140.0):
+        core.on_window(w)
+    core.decide(WL, 1002.0)  # the same step of the history, the same count: nothing new
+    assert core.dirty == {WL: None} and core.checkpoints_due(1002.0) == []
+    for w in windows(1003.0, 1400.0):
+        core.on_window(w)
+    up = core.decide(WL, 1003.0)  # new history, rate-limit events (and seq, passed through)
+    if pass_through:  # its decision's checkpoint, written before it, holds all of it
+        assert up.decision is not None and up.checkpoint is not None
+        assert core.checkpoints_due(1003.0) == []
+    else:
+        assert [cp.workload for cp in core.checkpoints_due(1003.0)] == [WL]
 
 
 def test_a_handover_of_stage2_keeps_seq_growing_and_decides_no_window_twice() -> None:

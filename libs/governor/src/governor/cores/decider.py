@@ -58,6 +58,7 @@ from governor.cores.decider_memory import (
     PoolMemory,
     Stage1View,
     checkpoint_of,
+    checkpointed,
     held_in_transit,
     held_when_late,
     memory_of,
@@ -461,8 +462,13 @@ class DeciderCore:
 
     def checkpoints_due(self, now: float) -> list[DeciderCheckpoint]:
         """Stage 1: the checkpoints of every workload evaluated since the last call (written
-        and acknowledged before the load offsets behind them are committed)."""
-        due = [self._checkpoint(w, self.memory[w], now) for w in self.dirty if w in self.memory]
+        and acknowledged before the load offsets behind them are committed), but those whose
+        last checkpoint holds the same (`decider_memory.checkpointed`)."""
+        due = []
+        for workload in self.dirty:
+            mem = self.memory.get(workload)
+            if mem is not None and not checkpointed(mem):
+                due.append(self._checkpoint(workload, mem, now))
         self.dirty.clear()
         return due
 
@@ -564,5 +570,8 @@ class DeciderCore:
     def _maybe_checkpoint(self, workload: str, mem: Memory, now: float) -> DeciderCheckpoint | None:
         # A split stage 1's memory goes out with `checkpoints_due` (before the offsets' commit).
         if self.role == "stage1" or now - mem.last_checkpoint_at < self.checkpoint_every:
+            return None
+        if checkpointed(mem):
+            mem.last_checkpoint_at = now
             return None
         return self._checkpoint(workload, mem, now)

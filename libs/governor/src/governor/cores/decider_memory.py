@@ -61,6 +61,23 @@ class Memory:
     # only: after a restart the floor starts again from the first lag seen).
     lag_floor: float | None = None
     lag_floor_at: float = 0.0
+    # What the last checkpoint written holds (`content_of`): a flush that would write the same
+    # again writes nothing. A restored memory has none, so its first flush writes (a split
+    # stage 1's restore merges two checkpoints into one no record holds).
+    checkpointed: tuple[object, ...] | None = None
+
+
+def content_of(mem: Memory) -> tuple[object, ...]:
+    """What a checkpoint of `mem` holds, but its date (its states are values: replaced on a
+    change, never modified)."""
+    return (mem.seq, mem.last_to, mem.last_decided_at, mem.last_newest_input, mem.state,
+            mem.elastic)  # fmt: skip
+
+
+def checkpointed(mem: Memory) -> bool:
+    """Whether the last checkpoint written holds `mem` as it is: the usual case for a workload
+    whose count held since (its history gains an entry once per step, not per evaluation)."""
+    return mem.checkpointed is not None and mem.checkpointed == content_of(mem)
 
 
 def held_when_late(
@@ -149,6 +166,7 @@ def pool_memory_of(cp: DeciderCheckpoint) -> PoolMemory:
 def checkpoint_of(key: str, mem: Memory, now: float) -> DeciderCheckpoint:
     """The checkpoint (keyed `key`) of a workload's memory at `now`, which it then dates."""
     mem.last_checkpoint_at = now
+    mem.checkpointed = content_of(mem)
     return DeciderCheckpoint(
         workload=key,
         seq=mem.seq,
