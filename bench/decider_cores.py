@@ -49,6 +49,17 @@ def cores(n: int) -> tuple[DeciderCore, DeciderCore, list[str]]:
     return stage1, stage2, workloads
 
 
+def load_window(workload: str, t: float, v: float) -> events.LoadWindow:
+    """One message per series, as the aggregator publishes: the stable window's estimate
+    carrying the panic window's (LoadWindow.more)."""
+    return events.LoadWindow(
+        workload=workload, metric="rps", window="stable", start=t - 60, end=t, count=60,
+        mean=v, max=v, p95=v, newest_sample=t - 0.5, closed=False,
+        more=[events.WindowView(window="panic", start=t - 6, end=t, count=6, mean=v, max=v,
+                                p95=v, newest_sample=t - 0.5, closed=False)],
+    )  # fmt: skip
+
+
 def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t: float) -> float:
     """CPU seconds of the cores' work for one second of load (the windows are encoded first)."""
     load, recs = codec_for(events.LOAD), codec_for(events.RECOMMENDATIONS)
@@ -57,13 +68,7 @@ def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t
         v = 40 + 35 * math.sin(t / 30 + i)
         # One message per series, as the aggregator publishes: the stable window's estimate
         # carrying the panic window's (LoadWindow.more).
-        window = events.LoadWindow(
-            workload=wl, metric="rps", window="stable", start=t - 60, end=t, count=60,
-            mean=v, max=v, p95=v, newest_sample=t - 0.5, closed=False,
-            more=[events.WindowView(window="panic", start=t - 6, end=t, count=6, mean=v, max=v,
-                                    p95=v, newest_sample=t - 0.5, closed=False)],
-        )  # fmt: skip
-        raw.append(load.encode(window))
+        raw.append(load.encode(load_window(wl, t, v)))
     started = time.process_time()
     for r in raw:
         stage1.on_load(load.decode(r))
@@ -80,6 +85,29 @@ def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t
     for wl in touched:
         stage2.decide(wl, t)
     return time.process_time() - started
+
+
+def checkpoint_share(n: int = 1000, seconds: int = 120, flush_every: int = 5) -> tuple[int, int]:
+    """Stage 1's checkpoint records over `seconds` of this load (after a first minute), written
+    against what writing one per evaluated workload per flush would be (the decider service
+    flushes every `checkpoint_seconds`, 5 s): (written, one per flush). Decisions passed
+    through write their own, before them, in both counts."""
+    stage1, _, workloads = cores(n)
+    codec = codec_for(events.LOAD)
+    written = every = 0
+    for t in range(1000, 1060 + seconds):
+        for i, wl in enumerate(workloads):
+            v = 40 + 35 * math.sin(t / 30 + i)
+            stage1.on_load(codec.decode(codec.encode(load_window(wl, float(t), v))))
+            out = stage1.decide(wl, float(t))
+            if out.checkpoint is not None and t >= 1060:
+                written, every = written + 1, every + 1
+        if t % flush_every == flush_every - 1:
+            dirty = len(stage1.dirty)
+            due = stage1.checkpoints_due(float(t))
+            if t >= 1060:
+                written, every = written + len(due), every + dirty
+    return written, every
 
 
 def main() -> None:
@@ -104,6 +132,11 @@ def main() -> None:
         f"N={args.workloads}: decider cores {best:.3f} CPU-s per second of load = "
         f"{1000 * best / args.workloads:.4f} core per 1000 workloads"
         f" (GC thresholds {gc.get_threshold()})"
+    )
+    written, every = checkpoint_share()
+    print(
+        f"checkpoints: stage 1 wrote {written} where one per evaluated workload per flush is "
+        f"{every} ({written / every:.2f}x; 1,000 workloads, 2 min after the first)"
     )
     prof = cProfile.Profile()
     prof.enable()
