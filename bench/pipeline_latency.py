@@ -62,6 +62,10 @@ The "decider lag per process" line shows each decider's own maximum and end lag 
 recommendations messages) and the decisions it made: stage 2 of a pool runs in the one decider
 that owns the pool's recommendations partition.
 
+The "machine:" lines (first and last) time a fixed pure-Python loop (`benchkit.python_speed`):
+on this shared 2-core host the same code ran 1.6x slower from one hour to the next, and every
+figure above moves with it. Compare runs only at a like speed.
+
 Steady state (no growth): `--workloads 1000 --duration 600 --backlog 1000` is a 10-minute run;
 the 15 s lines show each process's VmRSS over it: compare the value after warm-up (the first
 two minutes fill the windows and the decider's histories) with the last one.
@@ -88,6 +92,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.benchkit import python_speed
 from governor import compiled, events
 from governor.bus import Consumer, Producer, codec_for
 from governor.metric_records import decode_record
@@ -860,6 +865,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         print(compiled.describe())
+        print(f"machine: {python_speed():.1f} ns per iteration of the reference loop (at start)")
         print("state bytes per workload:", state_sizes())
         tp = await throughput_run(args.bootstrap, args.backlog, tmp) if args.backlog else None
         if tp is not None:
@@ -918,6 +924,7 @@ async def main() -> None:
             if r["rec_p99"] <= 1.0 and not r["dec_new_p99"] > 1.0:
                 best = n
         print(f"largest N with p99 <= 1 s (sample->recommendation and ->decision): {best}")
+        print(f"machine: {python_speed():.1f} ns per iteration of the reference loop (at end)")
 
 
 if __name__ == "__main__":
