@@ -27,6 +27,7 @@ from governor.quotas import PodGroup, Queue, ResourceQuota
 from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds
 from tests.support.policies import average_metric, scaling_policy_obj
+from tests.support.topics import mint
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,7 @@ async def install(kube: Kube) -> None:
 
 @pytest.fixture
 async def ns(kube: Kube) -> str:
-    name = f"q-{uuid.uuid4().hex[:8]}"
+    name = f"q-{mint(uuid.uuid4().hex[:8])}"
     await kube.create(
         "v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
