@@ -4,6 +4,7 @@ their deletion at the end of the session."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
@@ -25,16 +26,16 @@ def mint(fragment: str) -> str:
     return fragment
 
 
-async def delete_minted(bootstrap: str) -> list[str]:
-    """Delete the topics on `bootstrap` whose names hold a fragment `mint`ed by this session
-    (services' own topics too: an aggregator's changelog is named after its run's app id).
-    Returns their names."""
-    if not MINTED:
+async def delete_minted(bootstrap: str, fragments: Collection[str] = MINTED) -> list[str]:
+    """Delete the topics on `bootstrap` whose names hold one of `fragments` (by default those
+    `mint`ed by this session; services' own topics too: an aggregator's changelog is named after
+    its run's app id). Returns their names."""
+    if not fragments:
         return []
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        doomed = [t for t in await admin.list_topics() if any(f in t for f in MINTED)]
+        doomed = [t for t in await admin.list_topics() if any(f in t for f in fragments)]
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
