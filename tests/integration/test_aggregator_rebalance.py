@@ -83,16 +83,18 @@ async def _play(
 async def test_windows_survive_a_rebalance(
     kafka_bootstrap: str, tmp_path: Path, unique_suffix: str
 ) -> None:
-    # One table record per partition, too small for both of its two workloads' values once
-    # their windows fill: the records restored are shared, and values move out of them under
-    # their own keys (governor.cores.state_buckets).
+    # One table record per partition, smaller than one workload's value once its windows fill
+    # (~2,600 bytes; ~700 at the first checkpoint, which a new partition asks for at once): the
+    # records restored are shared, and values move out of them under their own keys
+    # (governor.cores.state_buckets). At 4,000 only a pair of full values spilled, and on a slow
+    # machine every checkpoint of a pair could come before its windows filled (a CI dry run).
     metrics, load, workloads, worker = await _group(
         kafka_bootstrap,
         tmp_path,
         unique_suffix,
         "rb",
         GOVERNOR_AGGREGATOR_TABLE_BUCKETS_PER_PARTITION="1",
-        GOVERNOR_AGGREGATOR_TABLE_BUCKET_MAX_BYTES="4000",
+        GOVERNOR_AGGREGATOR_TABLE_BUCKET_MAX_BYTES="2000",
     )
     a, b = worker("a").start(), worker("b")
     t0 = time.time() - 400
