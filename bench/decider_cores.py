@@ -66,8 +66,6 @@ def one_second(stage1: DeciderCore, stage2: DeciderCore, workloads: list[str], t
     raw = []
     for i, wl in enumerate(workloads):
         v = 40 + 35 * math.sin(t / 30 + i)
-        # One message per series, as the aggregator publishes: the stable window's estimate
-        # carrying the panic window's (LoadWindow.more).
         raw.append(load.encode(load_window(wl, t, v)))
     started = time.process_time()
     for r in raw:
@@ -93,20 +91,17 @@ def checkpoint_share(n: int = 1000, seconds: int = 120, flush_every: int = 5) ->
     flushes every `checkpoint_seconds`, 5 s): (written, one per flush). Decisions passed
     through write their own, before them, in both counts."""
     stage1, _, workloads = cores(n)
-    codec = codec_for(events.LOAD)
     written = every = 0
     for t in range(1000, 1060 + seconds):
+        passed = 0  # the pass-through decisions' checkpoints
         for i, wl in enumerate(workloads):
-            v = 40 + 35 * math.sin(t / 30 + i)
-            stage1.on_load(codec.decode(codec.encode(load_window(wl, float(t), v))))
-            out = stage1.decide(wl, float(t))
-            if out.checkpoint is not None and t >= 1060:
-                written, every = written + 1, every + 1
+            stage1.on_load(load_window(wl, float(t), 40 + 35 * math.sin(t / 30 + i)))
+            passed += stage1.decide(wl, float(t)).checkpoint is not None
+        dirty, flushed = 0, 0
         if t % flush_every == flush_every - 1:
-            dirty = len(stage1.dirty)
-            due = stage1.checkpoints_due(float(t))
-            if t >= 1060:
-                written, every = written + len(due), every + dirty
+            dirty, flushed = len(stage1.dirty), len(stage1.checkpoints_due(float(t)))
+        if t >= 1060:
+            written, every = written + passed + flushed, every + passed + dirty
     return written, every
 
 

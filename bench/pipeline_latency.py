@@ -88,7 +88,6 @@ from typing import Any
 import aiohttp
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -100,6 +99,7 @@ from governor.spec import policy_from_obj
 from governor.topics import ensure_topics
 from governor_collector.kafka import BusPublisher
 from tests.support.procs import Service, governor_service
+from tests.support.topics import delete_minted
 
 # The push goes on this long after --duration (two of the aggregator's 2.5 s publish intervals),
 # so the last measured samples travel a pipeline that still flows, as every other one did.
@@ -159,18 +159,6 @@ def policy(ns: str, i: int) -> events.PolicyRecord:
             }
         )
     )
-
-
-async def delete_topics_of(bootstrap: str, run: str) -> None:
-    """Deletes the topics whose name holds `run` (a run's own, and its aggregators' faust ones)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if run in t]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
 
 
 async def latency_run(
@@ -459,7 +447,7 @@ async def latency_run(
         s.stop()
     # Every topic of this run (the aggregators' changelogs too): nothing of it is left for the
     # next run on this broker to read.
-    await delete_topics_of(bootstrap, run)
+    await delete_minted(bootstrap, {run})
     await producer.stop()
     return {
         "workloads": n,
@@ -729,7 +717,7 @@ async def throughput_run(bootstrap: str, count: int, tmp: Path) -> dict[str, flo
         single_plain, single_plain_cpu = await _plain_drain(bootstrap, single, singles)
         one, one_cpu = await _aggregator_drain(bootstrap, single, load_topic, singles, tmp, run)
     finally:  # a drain that cannot be measured exits: its topics go all the same
-        await delete_topics_of(bootstrap, run)
+        await delete_minted(bootstrap, {run})
     return {
         "samples": count,
         "aggregator_per_s": agg,
