@@ -315,7 +315,7 @@ async def latency_run(
     # pending grace (60 s) later: bursts of thousands of retries a minute after each burst of
     # decisions (up to 5,400 in 4 s at 10,000 workloads), which a cluster that scales never sees.
     taken_up: dict[str, int] = {}
-    cluster_updates = [0]
+    cluster_updates = 0
 
     async def follow_metrics() -> None:
         while not stop.is_set():
@@ -371,6 +371,7 @@ async def latency_run(
 
     async def follow_cluster() -> None:
         """The cluster: what the decisions asked for, taken up (published) every CLUSTER_S."""
+        nonlocal cluster_updates
         while not stop.is_set():
             await asyncio.sleep(CLUSTER_S)
             if not taken_up:
@@ -383,7 +384,7 @@ async def latency_run(
                 for wl, r in taken_up.items()
             ]
             taken_up.clear()
-            cluster_updates[0] += len(states)
+            cluster_updates += len(states)
             await producer.wait(await producer.publish_many(workloads_topic, states))
 
     follower = asyncio.create_task(follow())
@@ -492,7 +493,7 @@ async def latency_run(
     return {
         "workloads": n,
         "samples": sent,
-        "cluster_updates": cluster_updates[0],
+        "cluster_updates": cluster_updates,
         "push_seconds": pushed,
         "rec_p50": pct(rec_lat, 0.5),
         "rec_p99": pct(rec_lat, 0.99),

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from governor_tools.demo.scenario import device_obj
 from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds as install_crd_files
 from tests.support.policies import average_metric, scaling_policy_obj
-from tests.support.topics import mint
+from tests.support.topics import fresh_suffix
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -253,7 +252,7 @@ async def kube(kubeconfig_path: Any) -> AsyncIterator[Kube]:
 
 @pytest.fixture
 async def env(kube: Kube, kafka_bootstrap: str, kubeconfig_path: Any) -> AsyncIterator[Env]:
-    suffix = mint(uuid.uuid4().hex[:8])
+    suffix = fresh_suffix(8)
     e = Env(
         kube=kube,
         suffix=suffix,

@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -46,14 +45,14 @@ from governor_collector.sources import SourceContext, SourceError, SourceTarget
 from governor_collector.sources.kafka_lag import KafkaLagSource
 from tests.fixtures.prometheus import PrometheusServer
 from tests.support.policies import scaling_policy_obj
-from tests.support.topics import mint
+from tests.support.topics import fresh_suffix
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def uid() -> str:
-    return mint(uuid.uuid4().hex[:10])
+    return fresh_suffix(10)
 
 
 def exported(prometheus: PrometheusServer, workload: str, value: float) -> str:

@@ -36,7 +36,7 @@ from governor.settings import KafkaSettings
 from governor_collector.config import CollectorSettings
 from governor_collector.main import Collector
 from tests.integration.test_collector import make_topics
-from tests.support.topics import mint
+from tests.support.topics import fresh_suffix
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -57,7 +57,7 @@ class Running:
 def collector(kafka_bootstrap: str) -> Iterator[Running]:
     """The collector in a thread of its own (its own event loop), so the synchronous fuzzers
     can call it; on the real broker, with its own topics."""
-    suffix = mint(uuid.uuid4().hex[:12])
+    suffix = fresh_suffix()
     s = CollectorSettings(
         kafka=KafkaSettings(bootstrap=kafka_bootstrap, client_id=f"test-fuzz-{suffix}"),
         http_host="127.0.0.1",

@@ -9,7 +9,6 @@ cluster-state test's subject); everything else is what the server returned.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from governor.quotas import PodGroup, Queue, ResourceQuota
 from tests.fixtures.kube import governor_kube
 from tests.support.crds import install_crds
 from tests.support.policies import average_metric, scaling_policy_obj
-from tests.support.topics import mint
+from tests.support.topics import fresh_suffix
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +64,7 @@ async def install(kube: Kube) -> None:
 
 @pytest.fixture
 async def ns(kube: Kube) -> str:
-    name = f"q-{mint(uuid.uuid4().hex[:8])}"
+    name = f"q-{fresh_suffix(8)}"
     await kube.create(
         "v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )

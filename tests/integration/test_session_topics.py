@@ -5,35 +5,25 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from governor import events
-from tests.support.topics import delete_minted, run_topics
+from tests.support.topics import delete_minted, run_topics, topic_names
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-async def _topics(bootstrap: str) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 async def test_the_minted_topics_are_deleted_and_no_other(kafka_bootstrap: str) -> None:
     mine, other = uuid.uuid4().hex[:12], uuid.uuid4().hex[:12]
     (ours,) = await run_topics(kafka_bootstrap, "st", mine, events.METRICS)
     (theirs,) = await run_topics(kafka_bootstrap, "st", other, events.METRICS)
-    before = await _topics(kafka_bootstrap)
+    before = await topic_names(kafka_bootstrap)
     assert {ours.name, theirs.name} <= before
     gone = await delete_minted(kafka_bootstrap, {mine})
     assert ours.name in gone and all(mine in name for name in gone)  # and its dead letters
 
     async def deleted() -> None:
-        after = await _topics(kafka_bootstrap)
+        after = await topic_names(kafka_bootstrap)
         assert not set(gone) & after
         assert {t for t in before if other in t} <= after and theirs.name in after
 

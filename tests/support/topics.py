@@ -3,8 +3,10 @@ their deletion at the end of the session."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Collection
+import uuid
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
@@ -26,21 +28,38 @@ def mint(fragment: str) -> str:
     return fragment
 
 
+def fresh_suffix(length: int = 12) -> str:
+    """A random fragment of `length` hex digits for the names a test makes, `mint`ed."""
+    return mint(uuid.uuid4().hex[:length])
+
+
+@contextlib.asynccontextmanager
+async def _admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def topic_names(bootstrap: str) -> set[str]:
+    """Every topic on `bootstrap`."""
+    async with _admin(bootstrap) as admin:
+        return set(await admin.list_topics())
+
+
 async def delete_minted(bootstrap: str, fragments: Collection[str] = MINTED) -> list[str]:
     """Delete the topics on `bootstrap` whose names hold one of `fragments` (by default those
     `mint`ed by this session; services' own topics too: an aggregator's changelog is named after
     its run's app id). Returns their names."""
     if not fragments:
         return []
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with _admin(bootstrap) as admin:
         doomed = [t for t in await admin.list_topics() if any(f in t for f in fragments)]
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
-    finally:
-        await admin.close()
 
 
 async def run_topics(
