@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from governor import events
-from tests.support.topics import delete_minted, run_topics, topic_names
+from tests.support.topics import delete_minted, fresh_suffix, run_topics, topic_names
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 async def test_the_minted_topics_are_deleted_and_no_other(kafka_bootstrap: str) -> None:
-    mine, other = uuid.uuid4().hex[:12], uuid.uuid4().hex[:12]
+    mine, other = fresh_suffix(), fresh_suffix()
     (ours,) = await run_topics(kafka_bootstrap, "st", mine, events.METRICS)
     (theirs,) = await run_topics(kafka_bootstrap, "st", other, events.METRICS)
     before = await topic_names(kafka_bootstrap)
