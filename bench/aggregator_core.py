@@ -1,14 +1,15 @@
 """The aggregator's core alone: CPU per sample at N workloads x 1 sample/s, default windows.
 
     uv run --frozen python bench/aggregator_core.py [--workloads 10000] [--seconds 60]
-        [--warmup 70] [--per-batch 1] [--profile]
+        [--warmup 70] [--per-batch 1] [--profile] [--python-gc]
 
 Feeds `AggregatorCore` the batches the shell would: every second of event time each workload's
 one sample (its own source offset; `--per-batch` more at once, as in a backlog drain), a
 `tick` every 0.25 s of the shell's clock and a `checkpoint` every 10 s (the service's
 default). The first `--warmup` seconds fill the windows (steady state: every window of both
 kinds open); then `--seconds` batches are measured with process CPU time, their records made
-beforehand.
+beforehand. The cyclic GC is configured as the aggregator service configures it
+(`governor.gc_tuning`; `--python-gc` keeps Python's thresholds), and start-up is frozen.
 Prints `core: N workloads, S samples, X us CPU/sample` (and a cProfile with --profile).
 """
 
@@ -20,7 +21,7 @@ import math
 import pstats
 import time
 
-from governor import events
+from governor import events, gc_tuning
 from governor.cores.aggregator import AggregatorCore, WindowSettings, WorkloadSamples
 
 T0 = 1_764_000_000.0
@@ -61,8 +62,16 @@ def main() -> None:
         "--per-batch", type=int, default=1, help="samples per workload and batch (a drain: more)"
     )
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="keep Python's GC thresholds instead of the aggregator's (governor.gc_tuning)",
+    )
     a = ap.parse_args()
+    if not a.python_gc:
+        gc_tuning.configure()  # as the aggregator service does at start
     core = AggregatorCore(WindowSettings())
+    gc_tuning.freeze_startup()  # and after its start-up
     names = [f"bench/Deployment/w{i}" for i in range(a.workloads)]
     offsets = [0] * a.workloads
     warm = -(-a.warmup // a.per_batch)

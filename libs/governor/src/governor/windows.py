@@ -347,9 +347,14 @@ def _in_order_into(series: SeriesWindows, ts: float, value: float) -> list[Windo
         watermark = series.watermark = candidate
     if open_[0].end > watermark:
         return []
-    closed = [a for a in open_ if a.end <= watermark]
-    series.open = [a for a in open_ if a.end > watermark]
-    return closed
+    # The open windows share one size and are kept oldest first, so the closed ones are a
+    # prefix: found without reading the others (two scans of all of them were a tenth of the
+    # samples py-spy took in this function at 10,000 workloads).
+    n = 1
+    while n < len(open_) and open_[n].end <= watermark:
+        n += 1
+    series.open = open_[n:]
+    return open_[:n]
 
 
 def _ingest_routed_into(
