@@ -191,9 +191,8 @@ def ingest(
     candidate = newest - spec.allowed_lateness
     if watermark is None or candidate > watermark:
         watermark = candidate
-    closed = [a for a in still if a.end <= watermark]
-    if closed:
-        still = [a for a in still if a.end > watermark]
+    n = _closed_count(still, watermark)
+    closed, still = still[:n], still[n:]
     new = msgspec.structs.replace(
         series, open=still, watermark=watermark, newest=newest, late=series.late + was_late
     )
@@ -294,9 +293,9 @@ def ingest_into(
     if opened:  # windows that opened with this sample
         open_ = sorted(open_ + opened, key=_START)
     closed: list[WindowAcc] = []
-    if watermark is not None and open_ and open_[0].end <= watermark:
-        closed = [a for a in open_ if a.end <= watermark]
-        open_ = [a for a in open_ if a.end > watermark]
+    if watermark is not None:
+        n = _closed_count(open_, watermark)
+        closed, open_ = open_[:n], open_[n:]
     series.open = open_
     series.watermark = watermark
     series.newest = newest
@@ -347,12 +346,7 @@ def _in_order_into(series: SeriesWindows, ts: float, value: float) -> list[Windo
         watermark = series.watermark = candidate
     if open_[0].end > watermark:
         return []
-    # The open windows share one size and are kept oldest first, so the closed ones are a
-    # prefix: found without reading the others (two scans of all of them were a tenth of the
-    # samples py-spy took in this function at 10,000 workloads).
-    n = 1
-    while n < len(open_) and open_[n].end <= watermark:
-        n += 1
+    n = _closed_count(open_, watermark)
     series.open = open_[n:]
     return open_[:n]
 
@@ -441,6 +435,15 @@ def _merged(
 
 
 _START = operator.attrgetter("start")
+_END = operator.attrgetter("end")
+
+
+def _closed_count(open_: list[WindowAcc], watermark: float) -> int:
+    """How many of a series' open windows a watermark closes (`end <= watermark`). They are a
+    prefix: a series' windows share one size and are kept oldest first, so their ends ascend,
+    and a bisection reads a few of them where two scans read all (at 10,000 workloads the
+    scans were a tenth of py-spy's samples in `_in_order_into`)."""
+    return bisect.bisect_right(open_, watermark, key=_END)
 
 
 def _fold(acc: WindowAcc, times: list[float], values: list[float], spec: WindowSpec) -> WindowAcc:
@@ -512,10 +515,10 @@ def advance(
         watermark = series.watermark
     if watermark is None:
         return series, [], 0
-    closed = [a for a in series.open if a.end <= watermark]
-    if not closed and watermark == series.watermark:
+    n = _closed_count(series.open, watermark)
+    if not n and watermark == series.watermark:
         return series, [], 0
-    still_open = [a for a in series.open if a.end > watermark]
+    closed, still_open = series.open[:n], series.open[n:]
     return msgspec.structs.replace(series, open=still_open, watermark=watermark), closed, 0
 
 
