@@ -38,7 +38,16 @@ from governor_collector.main import Collector
 from tests.integration.test_collector import make_topics
 from tests.support.topics import fresh_suffix
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(600),
+    # schemathesis's own generation draws from the global `random` (schemathesis.generation.
+    # dictionaries), which Hypothesis flags on every case (~150 warnings a run), ours or not.
+    pytest.mark.filterwarnings(
+        "ignore:Do not use the `random` module inside strategies"
+        ":hypothesis.errors.HypothesisDeprecationWarning"
+    ),
+]
 
 # per generation mode (valid, invalid): 1,000 requests; ~35 ms each to generate
 SCHEMA_EXAMPLES = 500
