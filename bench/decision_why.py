@@ -14,10 +14,13 @@ above_h / below_h: replica-hours governor requested above / below HPA on those r
 scale events governor made on them; violation_steps: rows whose load exceeded governor's ready
 capacity (the table's violation seconds are per second; a row is a 15 s sample of them). Then
 the totals and HPA's own ups, downs and violation rows. Deterministic; a read of the decisions,
-not a timing.
+not a timing. `--changes` also prints every row where either count changes (hour, load in
+replicas at the target, both counts, governor's rule, and whether the row violated): the
+replicas over time behind the sums.
 
     uv run python bench/decision_why.py [--policy P.yaml] [--traces-dir DIR | --held-out]
-                                        [--peak-replicas 40] [--startup-seconds 60] NAME [...]
+                                        [--peak-replicas 40] [--startup-seconds 60]
+                                        [--changes] NAME [...]
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from governor_tools.sim.replay import Run, SimConfig, replay
 from governor_tools.sim.runs import run_hpa
 
 STEP_HOURS = 15.0 / 3600.0
+# The target utilization the table replays at (SimConfig's default): a replica's load at the target.
+UTILIZATION = SimConfig(capacity_per_replica=1.0).target_utilization
 
 
 def label(result: ScaleResult) -> str:
@@ -144,6 +149,24 @@ def show(name: str, a: Attribution) -> None:
           f" {a.hpa_violations:5d}")  # fmt: skip
 
 
+def changes(ours: Run, hpa: Run, labels: dict[float, str], capacity: float, unit: float) -> None:
+    """Each row where governor's or HPA's requested count changes: the hour into the trace, the
+    load in replicas at the target (`unit` = u × C), both counts and the rule that bound
+    governor's row: the replicas over time, where the table only sums them."""
+    theirs = {r.timestamp: r for r in hpa.rows}
+    start = ours.rows[0].timestamp if ours.rows else 0.0
+    mine = theirs_before = None
+    for r in ours.rows:
+        other = theirs.get(r.timestamp)
+        hpa_now = other.replicas_requested if other is not None else theirs_before
+        if mine is not None and (r.replicas_requested != mine or hpa_now != theirs_before):
+            print(f"  t={(r.timestamp - start) / 3600:8.3f}h load={r.load / unit:8.2f}"
+                  f" governor {mine}->{r.replicas_requested} ({labels.get(r.timestamp, 'none')})"
+                  f" hpa {theirs_before}->{hpa_now}"
+                  f"{' violation' if r.load > r.replicas_ready * capacity else ''}")  # fmt: skip
+        mine, theirs_before = r.replicas_requested, hpa_now
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", help="traces whose short name contains this")
@@ -152,6 +175,9 @@ def main() -> None:
     parser.add_argument("--held-out", action="store_true", help="the held-out series instead")
     parser.add_argument("--peak-replicas", type=float, default=table.PEAK_REPLICAS)
     parser.add_argument("--startup-seconds", type=float, default=table.STARTUP_SECONDS)
+    parser.add_argument(
+        "--changes", action="store_true", help="also every row where either count changes"
+    )
     args = parser.parse_args()
     names = table.held_out_names() if args.held_out else table.trace_names(args.traces_dir)
     for trace in names:
@@ -159,6 +185,9 @@ def main() -> None:
         if any(n in name for n in args.names):
             runs = replays(trace, args.policy, args.peak_replicas, args.startup_seconds)
             show(name, attribute(*runs))
+            if args.changes:
+                ours, hpa, labels, capacity = runs
+                changes(ours, hpa, labels, capacity, capacity * UTILIZATION)
 
 
 if __name__ == "__main__":
