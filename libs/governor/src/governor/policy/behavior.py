@@ -134,8 +134,8 @@ def resolve(behavior: Behavior | None) -> ResolvedBehavior:
 
 
 def stabilize(
-    times: Sequence[float],
-    replicas: Sequence[int],
+    times: tuple[float, ...],
+    replicas: tuple[int, ...],
     current: int,
     desired: int,
     now: float,
@@ -148,20 +148,23 @@ def stabilize(
     `record`). Entries count when strictly newer than the cutoff (Go's `timestamp.After(cutoff)`).
     The times are in order (record keeps them so), so each window is a suffix found by bisection.
     """
+    # Loops, not min()/max() over a slice: compiled, they compare the counts as machine
+    # integers, where the builtins compare objects (a tenth of an evaluation).
     up = desired
     n = len(times)
     i = bisect_right(times, now - up_window)
-    if i < n:
-        lowest = min(replicas[i:] if i else replicas)
-        if lowest < up:
-            up = lowest
+    while i < n:
+        r = replicas[i]
+        if r < up:
+            up = r
+        i += 1
     down = desired
     i = bisect_right(times, now - down_window)
-    if i < n:
-        # Slicing copies; the down-window usually spans the whole (pruned) history.
-        highest = max(replicas[i:] if i else replicas)
-        if highest > down:
-            down = highest
+    while i < n:
+        r = replicas[i]
+        if r > down:
+            down = r
+        i += 1
     result = current
     if result < up:
         result = up

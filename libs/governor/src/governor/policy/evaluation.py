@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final
 
 import msgspec
 
@@ -27,6 +27,14 @@ from governor.spec import (
     ScaleToZeroSpec,
     ScalingPolicySpec,
 )
+
+
+def g4(x: float) -> str:
+    """`f"{x:.4g}"`, the same text. Compiled, an f-string with a format spec is one
+    `'{:{}}'.format(value, spec)` call per placeholder (its other placeholders too), and reasons
+    are worded on every evaluation; printf-style formatting reaches the same float formatter
+    directly, and an f-string without specs is joined natively."""
+    return "%.4g" % x  # noqa: UP031 (the point: see above)
 
 
 def target_of(metric: MetricSpec) -> float:
@@ -55,7 +63,8 @@ class Metric:
     vs_target: str
 
 
-class ForecastConsts(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class ForecastConsts:
     """What the forecast step derives from the policy, the start-up and the step alone."""
 
     horizon: float
@@ -95,14 +104,14 @@ class Compiled:
     forecast_consts: dict[tuple[float | None, float], ForecastConsts]
 
 
-_CACHE: dict[int, tuple[ScalingPolicySpec, Compiled]] = {}
+_CACHE: Final[dict[int, tuple[ScalingPolicySpec, Compiled]]] = {}
 # Above the number of live policies (one per workload, plus capped variants): a first-in
 # first-out cache smaller than the working set misses on every evaluation (at 10,000 workloads
 # and 4,096 entries, compiling was a fifth of the decider's CPU). A stale entry holds only its
 # old spec object; the bound keeps that memory finite.
-_CACHE_MAX = 131_072
-_BY_CONTENT: dict[bytes, Compiled] = {}
-_ENCODE = msgspec.msgpack.Encoder().encode
+_CACHE_MAX: Final = 131_072
+_BY_CONTENT: Final[dict[bytes, Compiled]] = {}
+_ENCODE: Final = msgspec.msgpack.Encoder().encode
 
 
 def compile_policy(policy: ScalingPolicySpec) -> Compiled:
@@ -192,11 +201,12 @@ def metric_desired(
     return per_pod_replicas(current, value, target, tol)
 
 
-class Evaluation(msgspec.Struct, gc=False):
+class Evaluation:
     """One evaluation in progress: what every step reads (the policy, the target, now) and
-    what the metric steps found together. A msgspec Struct, built once per evaluation: a
-    dataclass's __init__ costs a visible share of one; `gc=False`: it refers to the policy and
-    to lists it owns, never to itself."""
+    what the metric steps found together. A plain class in a compiled module, so mypyc makes it
+    a native one: its fields are read and written as C struct members, where a msgspec Struct's
+    went through Python's generic attribute lookup from compiled code (a fifth of an
+    evaluation's instructions under callgrind: docs/simulation.md, "The compiled hot path")."""
 
     policy: ScalingPolicySpec
     c: Compiled
@@ -205,26 +215,46 @@ class Evaluation(msgspec.Struct, gc=False):
     now: float
     reasons: list[Reason]  # every step that changes the count adds its Reason here
     inputs: list[MetricInput]
-    best: int = -1  # the largest count a metric (or the fallback) asks for
-    best_rule: Rule = "metric"
-    invalid: int = 0
-    failing: list[Metric] | None = None  # allocated only when a metric fails
-    failing_age: float = 0.0
-    panic_desired: int | None = None
-    panic_metric: str | None = None
-    active: bool = False
-    newest: float = 0.0
-    all_within: bool = True
+    best: int  # the largest count a metric (or the fallback) asks for
+    best_rule: Rule
+    invalid: int
+    failing: list[Metric] | None  # allocated only when a metric fails
+    failing_age: float
+    panic_desired: int | None
+    panic_metric: str | None
+    active: bool
+    newest: float
+    all_within: bool
     # Forecast on: each fresh metric's load in replica units (what it asks at exactly its target).
-    loads: list[tuple[str, float]] | None = None
-    floor: int = -1  # the forecast's floor (upper bound at the forecast quantile)
-    floor_load: float = 0.0  # that bound in replica units
-    gate: int = -1  # the count a scale-down must not go under (event reduction)
-    burst: bool = False  # the gate is the remembered burst level (the load collapsed from it)
-    horizon: float = 0.0
-    consts: ForecastConsts | None = None  # the forecast step's, once it ran
+    loads: list[tuple[str, float]] | None
+    floor: int  # the forecast's floor (upper bound at the forecast quantile)
+    floor_load: float  # that bound in replica units
+    gate: int  # the count a scale-down must not go under (event reduction)
+    burst: bool  # the gate is the remembered burst level (the load collapsed from it)
+    horizon: float
+    consts: ForecastConsts | None  # the forecast step's, once it ran
     # Event reduction on: the largest count a metric asks for without the tolerance band.
-    untolerated: int = -1
+    untolerated: int
     # A small scale-down held (merged) since: as of the last evaluation, and after this one.
-    merged_since: float | None = None
-    merge_since: float | None = None
+    merged_since: float | None
+    merge_since: float | None
+
+    def __init__(
+        self,
+        policy: ScalingPolicySpec,
+        c: Compiled,
+        current: int,
+        ready: int,
+        now: float,
+        merged_since: float | None,
+    ) -> None:
+        self.policy, self.c, self.current, self.ready, self.now = policy, c, current, ready, now
+        self.reasons, self.inputs = [], []
+        self.best, self.best_rule, self.invalid = -1, "metric", 0
+        self.failing, self.failing_age = None, 0.0
+        self.panic_desired, self.panic_metric = None, None
+        self.active, self.newest, self.all_within = False, 0.0, True
+        self.loads, self.floor, self.floor_load = None, -1, 0.0
+        self.gate, self.burst, self.horizon, self.consts = -1, False, 0.0, None
+        self.untolerated = -1
+        self.merged_since, self.merge_since = merged_since, None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import math
 from itertools import accumulate
+from typing import Final
 
 import msgspec
 
@@ -36,26 +37,26 @@ import msgspec
 # stepping ~10 % then flapped at peak/20, 25 events to HPA's 3); the split takes it to 1.45 %
 # where it matters, and leaves the wider bins, whose rounding up is the noisy series' margin
 # (twice finer everywhere cost violations there: docs/simulation.md).
-LOG_BINS = 32
-FIRST_SPLIT = 3
-BINS = LOG_BINS + FIRST_SPLIT  # 35
-MAX_RATIO = 4.0  # growth beyond this is counted as this (the rate limits bind before it)
-MAX_STEPS = 32  # the longest horizon in decision steps the state keeps loads for
-HALF = 0.5  # the replica added to both sides of a growth ratio
-_LOG_MAX = math.log(MAX_RATIO)
+LOG_BINS: Final = 32
+FIRST_SPLIT: Final = 3
+BINS: Final = LOG_BINS + FIRST_SPLIT  # 35
+MAX_RATIO: Final = 4.0  # growth beyond this is counted as this (the rate limits bind before it)
+MAX_STEPS: Final = 32  # the longest horizon in decision steps the state keeps loads for
+HALF: Final = 0.5  # the replica added to both sides of a growth ratio
+_LOG_MAX: Final = math.log(MAX_RATIO)
 # The upper edge of each bin.
-EDGES: tuple[float, ...] = (
+EDGES: Final[tuple[float, ...]] = (
     1.0,
     *[MAX_RATIO ** (j / (FIRST_SPLIT * LOG_BINS)) for j in range(1, FIRST_SPLIT)],
     *[MAX_RATIO ** (i / LOG_BINS) for i in range(1, LOG_BINS + 1)],
 )
-_RENORMALIZE_AT = 1e12
+_RENORMALIZE_AT: Final = 1e12
 # A load below this fraction of its recent burst level and below IDLE replicas is between
 # bursts (an idle gap of a bursty or scale-to-zero load): growth and the scale-down gate use
 # the level there. Both conditions, so a smooth trend down (it falls slower, and stays busy) is
 # as before: measured on the nine smoother traces of docs/simulation.md.
-BURST_COLLAPSE = 0.25
-IDLE = 1.0
+BURST_COLLAPSE: Final = 0.25
+IDLE: Final = 1.0
 
 
 class ForecastState(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -106,12 +107,12 @@ def quantiles(counts: list[float], q1: float, q2: float) -> tuple[float, float]:
     )
 
 
-_BIN_OF = {edge: i for i, edge in enumerate(EDGES)}  # a quantile's edge → its bin
+_BIN_OF: Final = {edge: i for i, edge in enumerate(EDGES)}  # a quantile's edge → its bin
 # Partial sums found from a guess are not the cumulative list's floats (another order of
 # additions), but within a few dozen ulps of the total of them: a comparison with the threshold
 # decided by more than this share of the total is the one `quantile` makes, a closer one is
 # left to `quantile` itself.
-_SLACK = 1e-9
+_SLACK: Final = 1e-9
 
 
 def quantile_near(counts: list[float], whole: float, q: float, near: float) -> float:
@@ -148,8 +149,8 @@ def quantile_near(counts: list[float], whole: float, q: float, near: float) -> f
     return EDGES[i]
 
 
-_TOP = BINS - 1
-_log = math.log
+_TOP: Final = BINS - 1
+_log: Final = math.log
 
 
 def observe(
@@ -190,7 +191,11 @@ def observe(
     levels = (*state.levels[-steps:], level)
     if len(levels) <= steps:  # also a state from before `levels`: refill the window first
         return msgspec.structs.replace(state, at=now, loads=loads, level=level, levels=levels)
-    base, ahead = loads[0], max(loads[1:])
+    base, ahead = loads[0], loads[1]
+    for j in range(2, len(loads)):  # max(loads[1:]), compiled to float compares: no slice
+        x = loads[j]
+        if x > ahead:
+            ahead = x
     if base < IDLE and base < BURST_COLLAPSE * levels[0]:
         base = levels[0]  # between bursts: growth from the burst level, not from the gap
     # The growth sample's bin, inline: this runs once per decision step of every workload.

@@ -6,10 +6,11 @@ mode (spec.hpa_compatible)."""
 from __future__ import annotations
 
 import math
+from typing import Final
 
 from governor.events import Reason
 from governor.policy import forecast as fc
-from governor.policy.evaluation import Compiled, Evaluation, ForecastConsts
+from governor.policy.evaluation import Compiled, Evaluation, ForecastConsts, g4
 from governor.policy.types import ScaleState
 
 
@@ -29,7 +30,8 @@ def forecast(
     # A policy's one metric replaces its own entry: no copy of the old dict to update.
     out = {} if known is None or (len(known) == 1 and loads[0][0] in known) else dict(known)
     known = known or {}
-    steps, up_q, down_q, half_life, level_half_life, peak, growth = k[1:8]
+    steps, up_q, down_q, half_life = k.steps, k.up_q, k.down_q, k.half_life
+    level_half_life, peak, growth = k.level_half_life, k.peak, k.growth
     half, now, ceil = fc.HALF, ev.now, math.ceil
     for name, load in loads:
         fs = fc.observe(
@@ -72,7 +74,7 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
     start = startup if startup is not None else f.startup_seconds
     horizon = f.horizon_seconds if f.horizon_seconds is not None else start + step
     down_q = c.reduce.down_quantile if c.reduce is not None else f.quantile
-    note = f" (at {f.peak_percent:.4g} % of the target per replica)"
+    note = f" (at {g4(f.peak_percent)} % of the target per replica)"
     k = ForecastConsts(
         horizon=horizon,
         steps=fc.horizon_steps(horizon, step),
@@ -94,12 +96,12 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
     return k
 
 
-_FRESH = fc.ForecastState()
+_FRESH: Final = fc.ForecastState()
 _IDLE, _COLLAPSE = fc.IDLE, fc.BURST_COLLAPSE
 # The burst level's half-life in start-ups: a burst is remembered over several start-ups, so
 # the next one within them finds the replicas still there (azure_llm_code_10s:
 # docs/simulation.md; 4 start-ups: twice HPA's violations there).
-BURST_MEMORY_STARTUPS = 8.0
+BURST_MEMORY_STARTUPS: Final = 8.0
 
 
 def forecast_floor(ev: Evaluation, desired: int) -> int | None:
@@ -117,7 +119,7 @@ def forecast_floor(ev: Evaluation, desired: int) -> int | None:
             return None
     k = ev.consts
     assert k is not None  # the forecast step ran: a floor is set
-    detail = f"{k.floor_text}{ev.floor_load * k.unit:.4g} → {ev.floor}{k.floor_note}"
+    detail = f"{k.floor_text}{g4(ev.floor_load * k.unit)} → {ev.floor}{k.floor_note}"
     ev.reasons.append(Reason(rule="forecast", value=ev.floor_load, detail=detail))
     return ev.floor
 
@@ -131,11 +133,11 @@ def _over_next(quantile: float, horizon: float) -> str:
     if text is None:
         if len(_OVER_NEXT) >= 4096:
             _OVER_NEXT.clear()
-        text = _OVER_NEXT[key] = f"p{quantile * 100:.4g} of load over next {horizon:.4g} s"
+        text = _OVER_NEXT[key] = f"p{g4(quantile * 100)} of load over next {g4(horizon)} s"
     return text
 
 
-_OVER_NEXT: dict[tuple[float, float], str] = {}
+_OVER_NEXT: Final[dict[tuple[float, float], str]] = {}
 
 
 def event_reduction(ev: Evaluation, desired: int) -> int | None:
@@ -165,7 +167,7 @@ def _reduce(ev: Evaluation, desired: int, merge_seconds: float | None) -> int | 
         else:
             detail = (
                 f"scale-down to {desired}: the forecast's gate ({_gate_why(ev)}) held it for"
-                f" {ev.now - since:.4g} s (gateSeconds {r.gate_seconds:.4g})"
+                f" {g4(ev.now - since)} s (gateSeconds {g4(r.gate_seconds)})"
             )
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             allowed = desired
@@ -180,10 +182,10 @@ def _reduce(ev: Evaluation, desired: int, merge_seconds: float | None) -> int | 
             detail = f"scale-down by {current - allowed} merges: a step removes at least {least}"
             if merge_seconds is not None:
                 ev.merge_since = since
-                detail += f" (or waits {merge_seconds:.4g} s, {ev.now - since:.4g} s so far)"
+                detail += f" (or waits {g4(merge_seconds)} s, {g4(ev.now - since)} s so far)"
             ev.reasons.append(Reason(rule="event_reduction", detail=detail))
             return current
-        detail = f"scale-down by {current - allowed}: merged for {ev.now - since:.4g} s"
+        detail = f"scale-down by {current - allowed}: merged for {g4(ev.now - since)} s"
         ev.reasons.append(Reason(rule="event_reduction", detail=detail))
     if allowed != desired:
         detail = f"scale-down to {allowed}, not {desired}: {_gate_why(ev)}"

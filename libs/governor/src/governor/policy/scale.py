@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from math import ceil
+from typing import Final
 
 from governor.events import MetricInput, Reason, Rule
 from governor.pod_totals import per_pod_value as _per_pod
@@ -53,6 +54,7 @@ from governor.policy.behavior import (
 from governor.policy.evaluation import Evaluation as _Evaluation
 from governor.policy.evaluation import Metric as _Metric
 from governor.policy.evaluation import compile_policy as _compile
+from governor.policy.evaluation import g4
 from governor.policy.evaluation import metric_desired as _metric_desired
 from governor.policy.evaluation import ratio as _ratio
 from governor.policy.headroom import event_reduction as _event_reduction
@@ -209,7 +211,7 @@ def _tolerance(
         # the load's direction (HPA's External Value does): hold instead, as HPA does for
         # resource metrics ("a change in scale direction").
         detail = (
-            f"ratio {ratio:.4g} over {ready} ready of {current} would give {desired}:"
+            f"ratio {g4(ratio)} over {ready} ready of {current} would give {desired}:"
             f" holds {current}"
         )
         return current, "readiness", detail
@@ -217,14 +219,14 @@ def _tolerance(
         # HPA's unready rule: counting unready pods at 0 % left the change in the band or
         # flipped its direction.
         detail = (
-            f"ratio {ratio:.4g} over {ready} ready; with {current - ready} unready at 0 %"
+            f"ratio {g4(ratio)} over {ready} ready; with {current - ready} unready at 0 %"
             f" no scale-up: holds {current}"
         )
         return desired, "readiness", detail
     if current and desired == current and ev.c.tol_lo <= ratio <= ev.c.tol_hi:
-        detail = f"ratio {ratio:.4g} within tolerance {ev.c.band}: holds {current}"
+        detail = f"ratio {g4(ratio)} within tolerance {ev.c.band}: holds {current}"
         return desired, "tolerance", detail
-    return desired, "metric", f"{m.kind} {value:.4g}{m.vs_target}: ratio {ratio:.4g} → {desired}"
+    return desired, "metric", f"{m.kind} {g4(value)}{m.vs_target}: ratio {g4(ratio)} → {desired}"
 
 
 def _fallback(ev: _Evaluation, state: ScaleState, step_seconds: float) -> tuple[int, float | None]:
@@ -247,7 +249,7 @@ def _fallback(ev: _Evaluation, state: ScaleState, step_seconds: float) -> tuple[
         if covered:
             fr = fallback_replicas(fb, ev.current)
             detail = (
-                f"no fresh data for {failures} evaluations ({failing_for:.4g} s):"
+                f"no fresh data for {failures} evaluations ({g4(failing_for)} s):"
                 f" fallback {fb.behavior} → {fr}"
             )
             ev.reasons.append(Reason(rule="fallback", metric=",".join(covered), detail=detail))
@@ -257,7 +259,7 @@ def _fallback(ev: _Evaluation, state: ScaleState, step_seconds: float) -> tuple[
     if held:
         ev.invalid += len(held)
         detail = (
-            f"no fresh data for {failures} evaluations ({failing_for:.4g} s): no scale-down on it"
+            f"no fresh data for {failures} evaluations ({g4(failing_for)} s): no scale-down on it"
         )
         ev.reasons.append(
             Reason(rule="stale_hold", metric=",".join(f.name for f in held), detail=detail)
@@ -276,7 +278,7 @@ def _target_state(
         return 0, "disabled", False
     if zero is not None and current == 0 and not ev.active:
         detail = (
-            f"no fresh metric above activation threshold {zero.activation_threshold:.4g}:"
+            f"no fresh metric above activation threshold {g4(zero.activation_threshold)}:"
             " stays at 0"
         )
         ev.reasons.append(Reason(rule="activation", detail=detail))
@@ -284,8 +286,8 @@ def _target_state(
     if zero is not None and current > 0 and cooled_down:
         assert last_active is not None
         detail = (
-            f"no metric above activation threshold {zero.activation_threshold:.4g}"
-            f" for {ev.now - last_active:.4g} s (cooldown {zero.cooldown_seconds:.4g} s): to 0"
+            f"no metric above activation threshold {g4(zero.activation_threshold)}"
+            f" for {g4(ev.now - last_active)} s (cooldown {g4(zero.cooldown_seconds)} s): to 0"
         )
         ev.reasons.append(Reason(rule="scale_to_zero", detail=detail))
         return 0, "scale_to_zero", True
@@ -315,7 +317,7 @@ def _invalid_hold(ev: _Evaluation) -> tuple[int, Rule] | None:
 
 
 PanicState = tuple[float | None, int, float | None]  # ScaleState's (since, max, over_at)
-_CALM: PanicState = (None, 0, None)
+_CALM: Final[PanicState] = (None, 0, None)
 
 
 def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicState, int | None]:
@@ -342,13 +344,13 @@ def _panic(ev: _Evaluation, state: ScaleState, desired: int) -> tuple[PanicState
     if out.entered:
         detail = (
             f"panic: the panic window asks {ev.panic_desired} with {ev.ready} ready"
-            f" (≥ {spec.threshold_percent:.4g} %)"
+            f" (≥ {g4(spec.threshold_percent)} %)"
         )
         ev.reasons.append(Reason(rule="panic", metric=ev.panic_metric, detail=detail))
     if out.exited:
         detail = (
-            f"panic ends: under {spec.threshold_percent:.4g} % for a"
-            f" stable window ({spec.stable_window_seconds:.4g} s)"
+            f"panic ends: under {g4(spec.threshold_percent)} % for a"
+            f" stable window ({g4(spec.stable_window_seconds)} s)"
         )
         ev.reasons.append(Reason(rule="panic", detail=detail))
     panic = (out.since, out.panic_max, out.over_at)
@@ -474,9 +476,8 @@ def evaluate(
         return _no_workload(inputs), state
     wl = inputs.workload
     ev = _Evaluation(
-        policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, [], [],
-        merged_since=state.merge_since,
-    )  # fmt: skip
+        policy, _compile(policy), wl.spec_replicas, wl.ready_replicas, now, state.merge_since
+    )
     current = ev.current
     events = _net_events(ev, state)
     _observe(ev, inputs.observations)
