@@ -295,7 +295,8 @@ def ingest_into(
     closed: list[WindowAcc] = []
     if watermark is not None:
         n = _closed_count(open_, watermark)
-        closed, open_ = open_[:n], open_[n:]
+        if n:  # (no copy of the open list when nothing closed)
+            closed, open_ = open_[:n], open_[n:]
     series.open = open_
     series.watermark = watermark
     series.newest = newest
