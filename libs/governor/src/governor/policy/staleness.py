@@ -30,6 +30,9 @@ A source outage must freeze scaling, never collapse it: stale data never drives 
 
 from __future__ import annotations
 
+import math
+from typing import Final
+
 import msgspec
 
 from governor.events import Reason
@@ -41,7 +44,7 @@ STALE_INTERVALS = 3.0
 METRICS_API_RESOLUTION_SECONDS = 1.0  # metav1.Time: PodMetrics timestamps are whole seconds
 # Input later than its floor by this many decision steps (or source intervals) holds scale-downs:
 # one step of jitter is normal (a sample lands just after an evaluation), two are not.
-STALL_STEPS = 2.0
+STALL_STEPS: Final = 2.0
 # How fast the lag's floor follows a lag that stays higher (seconds per second): a lasting new
 # offset (a slower aggregator) stops holding after offset / LAG_RELAX, while a stall's lag
 # outgrows the floor at 1 - LAG_RELAX and holds after bound / (1 - LAG_RELAX).
@@ -96,19 +99,25 @@ def late_bound(policy: ScalingPolicySpec, step_seconds: float) -> float:
     if hit is None or hit[0] is not policy:
         # Memoized by identity as `compile_policy` is (a policy is a value): the decider asks
         # on every evaluation, and the list and isinstance checks were a visible share of one.
-        intervals = tuple(
-            m.source.interval_seconds
-            for m in policy.metrics
-            if not isinstance(m.source, PushSource)
+        # The longest interval (-inf for none, push only: the step decides).
+        longest = max(
+            (
+                m.source.interval_seconds
+                for m in policy.metrics
+                if not isinstance(m.source, PushSource)
+            ),
+            default=-math.inf,
         )
         if len(_INTERVALS) >= _INTERVALS_MAX:
             del _INTERVALS[next(iter(_INTERVALS))]
-        hit = _INTERVALS[id(policy)] = (policy, intervals)
-    return STALL_STEPS * max([step_seconds, *hit[1]])
+        hit = _INTERVALS[id(policy)] = (policy, longest)
+    longest = hit[1]
+    return STALL_STEPS * (longest if longest > step_seconds else step_seconds)
 
 
-_INTERVALS: dict[int, tuple[ScalingPolicySpec, tuple[float, ...]]] = {}
-_INTERVALS_MAX = 131_072  # as evaluation._CACHE_MAX: above the live policies
+# Final: compiled code reads them as C statics, not from the module's dict
+_INTERVALS: Final[dict[int, tuple[ScalingPolicySpec, float]]] = {}
+_INTERVALS_MAX: Final = 131_072  # as evaluation._CACHE_MAX: above the live policies
 
 
 def lag_floor(floor: float | None, floor_at: float, lag: float, now: float) -> float:
