@@ -78,3 +78,17 @@ def test_a_counter_refuses_a_negative_increment_and_labels_must_match() -> None:
         except ValueError:
             continue
         raise AssertionError("accepted")
+
+
+def test_a_label_set_removed_and_set_again_renders_once_with_its_value() -> None:
+    reg = CollectorRegistry()
+    bulk = BulkMetric("governor_test_g", "doc", ["workload", "kind"], registry=reg)
+    bulk.labels('ns/Deployment/"a"', "current").set(1)
+    assert 'workload="ns/Deployment/\\"a\\""' in exposition(reg).decode()
+    bulk.remove('ns/Deployment/"a"', "current")
+    bulk.labels("100%", "current").set(2)  # a "%" in a value is not a format directive
+    bulk.labels('ns/Deployment/"a"', "current").set(3)
+    text = exposition(reg).decode()
+    assert text.count("governor_test_g{") == 2
+    assert 'governor_test_g{workload="100%",kind="current"} 2.0' in text
+    assert 'governor_test_g{workload="ns/Deployment/\\"a\\"",kind="current"} 3.0' in text

@@ -505,17 +505,18 @@ class Decider:
                 else "same"
             )
             self._child(WORKLOAD_DECISIONS, workload, direction, rule).inc()
-            log.info(
-                "decision %d -> %d",
-                d.from_replicas,
-                d.to_replicas,
-                extra={
-                    "workload": workload,
-                    "decision_id": d.decision_id,
-                    "seq": d.seq,
-                    "reasons": "; ".join(f"{r.rule}: {r.detail}" for r in d.reasons),
-                },
-            )
+            if log.isEnabledFor(logging.INFO):  # the reasons joined only for a line written
+                log.info(
+                    "decision %d -> %d",
+                    d.from_replicas,
+                    d.to_replicas,
+                    extra={
+                        "workload": workload,
+                        "decision_id": d.decision_id,
+                        "seq": d.seq,
+                        "reasons": "; ".join(f"{r.rule}: {r.detail}" for r in d.reasons),
+                    },
+                )
         elif out.note and out.note != "no change":
             log.debug(out.note, extra={"workload": workload})
 

@@ -54,7 +54,7 @@ def forecast(
         if gate < 0:
             gate = 0
         level = fs.level
-        if load < _IDLE and load < _COLLAPSE * level:
+        if load < fc.IDLE and load < fc.BURST_COLLAPSE * level:
             held = fc.replicas_for(level)
             if held > gate and held > ev.gate:
                 # The load collapsed from a recent burst: hold the (decaying) burst level, so
@@ -97,7 +97,6 @@ def _consts(c: Compiled, startup: float | None, step: float) -> ForecastConsts:
 
 
 _FRESH: Final = fc.ForecastState()
-_IDLE, _COLLAPSE = fc.IDLE, fc.BURST_COLLAPSE
 # The burst level's half-life in start-ups: a burst is remembered over several start-ups, so
 # the next one within them finds the replicas still there (azure_llm_code_10s:
 # docs/simulation.md; 4 start-ups: twice HPA's violations there).
