@@ -6,8 +6,8 @@ again on every scrape (sorting and escaping its labels): at 10,000 workloads and
 a decider's scrape cost it more CPU than anything else it did in that second, on its event loop.
 A `BulkMetric` keeps its values in a plain dict and each series' line prefix
 (`name{labels} `) rendered once, by the first scrape that shows the series; `render` joins them
-with the values. It registers as an ordinary collector (the families `collect` yields have the same
-samples a Gauge or Counter would, `_created` aside), so `REGISTRY.get_sample_value` and
+with the values. It registers as an ordinary collector (the families `collect` yields have the
+same samples a Gauge or Counter would, `_created` aside), so `REGISTRY.get_sample_value` and
 anything else reading the registry see it, and `exposition` renders its family from the
 prefixes instead of going through `generate_latest` sample by sample.
 
@@ -98,8 +98,9 @@ class BulkMetric:
         doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
         self._header = f"# HELP {self.sample_name} {doc}\n# TYPE {self.sample_name} {kind}\n"
         # A series' line prefix: this with its escaped values, made by the first scrape that
-        # shows the series. Not by `labels`: a decider's first evaluation of a workload makes ~9
-        # series, and at its start 10,000 workloads' worth come in one burst (2 us each then).
+        # shows the series. Not by `labels`: a decider's first recommendation of a workload makes
+        # ~7 series, and at its start 10,000 workloads' worth come in one burst (2.3 us a series
+        # there; docs/topics.md, #19's start-up bucket).
         name = self.sample_name.replace("%", "%%")
         pairs = ",".join(f'{k.replace("%", "%%")}="%s"' for k in self.labelnames)
         self._prefix = f"{name}{{{pairs}}} "
