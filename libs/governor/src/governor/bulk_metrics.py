@@ -100,7 +100,7 @@ class BulkMetric:
         # A series' line prefix: this with its escaped values, made by the first scrape that
         # shows the series. Not by `labels`: a decider's first recommendation of a workload makes
         # ~7 series, and at its start 10,000 workloads' worth come in one burst (2.3 us a series
-        # there; docs/topics.md, #19's start-up bucket).
+        # there; docs/performance.md, the start-up bucket).
         name = self.sample_name.replace("%", "%%")
         pairs = ",".join(f'{k.replace("%", "%%")}="%s"' for k in self.labelnames)
         self._prefix = f"{name}{{{pairs}}} "

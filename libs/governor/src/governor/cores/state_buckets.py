@@ -2,7 +2,7 @@
 
 A checkpoint used to write one table record per changed workload, and faust sends each record
 of a table's changelog on its own (~45 µs of the worker each, plus the broker's share): at
-10,000 workloads and a sample a second, 14 % of the aggregator's CPU (docs/topics.md). So the
+10,000 workloads and a sample a second, 14 % of the aggregator's CPU (docs/performance.md). So the
 values of the workloads of one metrics partition are grouped into `per_partition` buckets by a
 crc32 of the workload id, and a checkpoint writes one record per changed bucket, each holding
 every member's value (`Bucket`: workload -> its encoded `WorkloadWindows`): 1,667 workloads a
